@@ -1,0 +1,136 @@
+"""Catalog lookup: built-in YAML specs by name or alias, or user files by path.
+
+The catalogs live in the repository's ``hardware/``, ``topologies/`` and ``workloads/`` folders
+and are installed as package data (``codesign.catalogs.*``), so lookups work from any install.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+from pydantic import TypeAdapter, ValidationError
+
+from codesign.errors import SpecError
+from codesign.specs.base import Spec, format_validation_error
+from codesign.specs.gpu import GpuSpec
+from codesign.specs.model import ModelSpec
+from codesign.specs.topology import FullFlatTopology, TopologySpec, TwoTierTopology
+
+CatalogKind = Literal["hardware", "topologies", "workloads"]
+S = TypeVar("S", bound=Spec)
+
+_TOPOLOGY_ADAPTER: TypeAdapter[TwoTierTopology | FullFlatTopology] = TypeAdapter(TopologySpec)
+
+
+def _normalize(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def read_data_file(path: Path) -> Any:
+    """Read a YAML or JSON file, raising :class:`SpecError` on a missing or malformed file."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        if path.suffix == ".json":
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SpecError(f"{path}: not valid {path.suffix.lstrip('.').upper()}: {first}") from None
+
+
+def _catalog_files(kind: CatalogKind) -> Iterator[tuple[str, Any]]:
+    root = resources.files(f"codesign.catalogs.{kind}")
+    for entry in sorted(root.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith((".yaml", ".yml")):
+            yield entry.name, yaml.safe_load(entry.read_text())
+
+
+@lru_cache(maxsize=None)
+def _catalog_index(kind: CatalogKind) -> dict[str, tuple[str, Any]]:
+    """Map every normalized name and alias to (file name, raw data)."""
+    index: dict[str, tuple[str, Any]] = {}
+    for fname, data in _catalog_files(kind):
+        if not isinstance(data, dict):
+            continue
+        names = [Path(fname).stem, str(data.get("name", ""))]
+        names += [str(a) for a in data.get("aliases", []) or []]
+        for n in names:
+            if n:
+                index.setdefault(_normalize(n), (fname, data))
+    return index
+
+
+def catalog_names(kind: CatalogKind) -> list[str]:
+    """Canonical names of the entries of one catalog."""
+    seen: dict[str, None] = {}
+    for _, data in _catalog_index(kind).values():
+        seen[str(data.get("name"))] = None
+    return sorted(seen)
+
+
+def catalog_entries(kind: CatalogKind) -> list[tuple[str, dict[str, Any]]]:
+    """(file name, raw data) of every entry of one catalog, in file order."""
+    return [(f, d) for f, d in _catalog_files(kind) if isinstance(d, dict)]
+
+
+def _looks_like_path(ref: str) -> bool:
+    return ref.endswith((".yaml", ".yml", ".json")) or "/" in ref or Path(ref).is_file()
+
+
+def _lookup_raw(kind: CatalogKind, ref: str) -> tuple[str, Any]:
+    if _looks_like_path(ref):
+        path = Path(ref)
+        return str(path), read_data_file(path)
+    hit = _catalog_index(kind).get(_normalize(ref))
+    if hit is None:
+        allowed = ", ".join(catalog_names(kind))
+        raise SpecError(f"unknown {kind[:-1] if kind != 'hardware' else 'gpu'} '{ref}'; "
+                        f"allowed: {allowed} (or a file path)")
+    return f"{kind}/{hit[0]}", hit[1]
+
+
+@lru_cache(maxsize=256)
+def load_gpu(ref: str) -> GpuSpec:
+    """A GPU by catalog name/alias (``h100``) or YAML path."""
+    origin, data = _lookup_raw("hardware", ref)
+    return GpuSpec.parse(data, origin)
+
+
+@lru_cache(maxsize=256)
+def load_topology(ref: str) -> TwoTierTopology | FullFlatTopology:
+    """A topology by catalog name/alias (``dgx-h100``) or YAML path."""
+    origin, data = _lookup_raw("topologies", ref)
+    return parse_topology(data, origin)
+
+
+def parse_topology(data: Any, origin: str = "") -> TwoTierTopology | FullFlatTopology:
+    """Validate raw topology data (discriminated by ``kind``)."""
+    if isinstance(data, dict) and data.get("kind") not in ("two_tier", "fullflat"):
+        where = f"{origin}: " if origin else ""
+        raise SpecError(f"{where}TopologySpec.kind: must be 'two_tier' or 'fullflat', "
+                        f"got {data.get('kind')!r}")
+    try:
+        return _TOPOLOGY_ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, "TopologySpec", origin)) from None
+
+
+@lru_cache(maxsize=256)
+def load_model(ref: str) -> ModelSpec:
+    """A model by catalog name/alias (``gpt3-175b``), YAML path, or Hugging Face config.json."""
+    origin, data = _lookup_raw("workloads", ref)
+    if origin.endswith(".json"):
+        from codesign.specs.hf import model_from_hf_config
+
+        return model_from_hf_config(data, name=Path(origin).parent.name or Path(origin).stem,
+                                    origin=origin)
+    return ModelSpec.parse(data, origin)

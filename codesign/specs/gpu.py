@@ -1,0 +1,67 @@
+"""GPU (accelerator) spec: peak compute, memory, scale-up bandwidth and efficiency data."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from codesign.specs.base import Spec
+
+Dtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
+
+
+class ComputeEfficiency(Spec):
+    """Efficiency data of the compute model (fractions of datasheet peaks, dimensionless).
+
+    GEMM time uses ``gemm_max × Π_d d/(d + gemm_half_dim)`` over the three GEMM dimensions,
+    so large GEMMs approach ``gemm_max`` and thin ones lose efficiency (tile under-use).
+    """
+
+    gemm_max: float = Field(gt=0, le=1, description="fraction of dense peak of large GEMMs")
+    gemm_half_dim: float = Field(
+        ge=0, description="GEMM dimension (elements) at which that dimension's factor is 1/2"
+    )
+    attention_fwd: float = Field(gt=0, le=1, description="fused attention forward, of peak")
+    attention_bwd: float = Field(gt=0, le=1, description="fused attention backward, of peak")
+    memory_bound: float = Field(gt=0, le=1, description="fraction of HBM bandwidth streamed")
+    kernel_overhead_us: float = Field(ge=0, description="launch and tail cost per kernel, us")
+
+
+class GpuSpec(Spec):
+    """One accelerator. Peaks are dense (no structured sparsity), per GPU."""
+
+    kind: Literal["gpu"] = "gpu"
+    name: str
+    aliases: tuple[str, ...] = ()
+    vendor: str
+    peak_tflops: dict[Dtype, float] = Field(description="dense peak TFLOP/s per dtype")
+    hbm_capacity_GB: float = Field(gt=0, description="HBM capacity, decimal GB")
+    hbm_bandwidth_TBps: float = Field(gt=0, description="HBM bandwidth, TB/s")
+    scale_up_bandwidth_GBps: float = Field(
+        gt=0, description="scale-up (NVLink/xGMI) bandwidth per GPU, per direction, GB/s"
+    )
+    default_topology: str = Field(description="catalog topology of this GPU's usual system")
+    tdp_W: float | None = Field(default=None, gt=0, description="board power, W")
+    efficiency: ComputeEfficiency
+    sources: dict[str, str] = Field(default_factory=dict, description="field -> citation")
+
+    @model_validator(mode="after")
+    def _check_peaks(self) -> GpuSpec:
+        if "bf16" not in self.peak_tflops and "fp16" not in self.peak_tflops:
+            raise ValueError("peak_tflops needs at least 'bf16' or 'fp16'")
+        for dtype, value in self.peak_tflops.items():
+            if value <= 0:
+                raise ValueError(f"peak_tflops.{dtype} must be > 0")
+        return self
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak in FLOP/s for ``dtype``; fp16 and bf16 stand in for each other."""
+        table = self.peak_tflops
+        if dtype in table:
+            return table[dtype] * 1e12  # type: ignore[index]
+        fallback = {"bf16": "fp16", "fp16": "bf16"}.get(dtype)
+        if fallback and fallback in table:
+            return table[fallback] * 1e12  # type: ignore[index]
+        allowed = ", ".join(sorted(table))
+        raise KeyError(f"GPU '{self.name}' has no {dtype} peak (has: {allowed})")

@@ -1,0 +1,96 @@
+"""Transformer model spec: dense or MoE, MHA/GQA/MLA attention, gated or plain MLP."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from codesign.specs.base import Spec
+
+
+class MLASpec(Spec):
+    """Multi-head latent attention (DeepSeek-V2/V3): low-rank compressed queries and KV."""
+
+    q_lora_rank: int | None = Field(default=None, ge=1, description="None = full-rank queries")
+    kv_lora_rank: int = Field(ge=1)
+    qk_nope_head_dim: int = Field(ge=1)
+    qk_rope_head_dim: int = Field(ge=0)
+    v_head_dim: int = Field(ge=1)
+
+
+class MoESpec(Spec):
+    """Mixture-of-experts MLP."""
+
+    num_experts: int = Field(ge=1, description="routed experts per MoE layer")
+    top_k: int = Field(ge=1, description="routed experts per token")
+    expert_ffn_hidden_size: int = Field(ge=1)
+    num_shared_experts: int = Field(default=0, ge=0, description="always-active experts")
+    shared_expert_ffn_hidden_size: int | None = Field(
+        default=None, ge=1, description="per shared expert; default expert_ffn_hidden_size"
+    )
+    first_dense_layers: int = Field(default=0, ge=0, description="leading layers with dense MLP")
+    layer_frequency: int = Field(default=1, ge=1, description="every k-th layer is MoE")
+
+    @model_validator(mode="after")
+    def _check(self) -> MoESpec:
+        if self.top_k > self.num_experts:
+            raise ValueError(f"top_k ({self.top_k}) > num_experts ({self.num_experts})")
+        return self
+
+
+class ModelSpec(Spec):
+    """A decoder-only transformer."""
+
+    kind: Literal["model"] = "model"
+    name: str
+    aliases: tuple[str, ...] = ()
+    num_layers: int = Field(ge=1)
+    hidden_size: int = Field(ge=1)
+    num_heads: int = Field(ge=1)
+    num_kv_heads: int | None = Field(default=None, ge=1, description="None = num_heads (MHA)")
+    head_dim: int | None = Field(default=None, ge=1, description="None = hidden/num_heads")
+    ffn_hidden_size: int = Field(ge=1, description="dense MLP inner size")
+    vocab_size: int = Field(ge=1)
+    seq_len: int = Field(default=2048, ge=1, description="default training sequence length")
+    mlp: Literal["gated", "plain"] = Field(
+        default="gated", description="gated = SwiGLU/GeGLU (3 matrices); plain = 2 matrices"
+    )
+    norm: Literal["layernorm", "rmsnorm"] = "rmsnorm"
+    position_embedding: Literal["rope", "learned", "alibi", "none"] = "rope"
+    tied_embeddings: bool = False
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    mla: MLASpec | None = None
+    moe: MoESpec | None = None
+    published_params_B: float | None = Field(default=None, description="total, billions")
+    sources: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelSpec:
+        kv = self.kv_heads
+        if self.num_heads % kv:
+            raise ValueError(f"num_heads ({self.num_heads}) not divisible by num_kv_heads ({kv})")
+        if self.head_dim is None and self.mla is None and self.hidden_size % self.num_heads:
+            raise ValueError("hidden_size not divisible by num_heads; set head_dim")
+        return self
+
+    @property
+    def kv_heads(self) -> int:
+        """Number of key/value heads (MHA when equal to num_heads)."""
+        return self.num_kv_heads or self.num_heads
+
+    @property
+    def dim_per_head(self) -> int:
+        """Head dimension of the (non-MLA) attention."""
+        return self.head_dim or self.hidden_size // self.num_heads
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether layer ``layer`` (0-based) has an MoE MLP."""
+        if self.moe is None or layer < self.moe.first_dense_layers:
+            return False
+        return (layer - self.moe.first_dense_layers) % self.moe.layer_frequency == 0

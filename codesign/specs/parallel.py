@@ -1,0 +1,74 @@
+"""Parallelism and execution plan: how a model is split and run on a cluster."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from codesign.specs.base import Spec
+
+Dim = Literal["tp", "cp", "ep", "dp", "pp"]
+DEFAULT_PLACEMENT: tuple[Dim, ...] = ("tp", "cp", "ep", "dp", "pp")
+
+
+class ParallelismSpec(Spec):
+    """A training plan. ``dp`` is derived from the GPU count when left out.
+
+    Expert parallelism (``ep``) splits the data-parallel ranks for expert layers (Megatron-style:
+    ``ep`` must divide ``dp × cp``); expert tensor parallelism is ``etp`` (default: ``tp``).
+    """
+
+    tp: int = Field(default=1, ge=1, description="tensor parallel size")
+    pp: int = Field(default=1, ge=1, description="pipeline parallel size")
+    dp: int | None = Field(default=None, ge=1, description="data parallel size; None = derived")
+    cp: int = Field(default=1, ge=1, description="context parallel size")
+    ep: int = Field(default=1, ge=1, description="expert parallel size")
+    etp: int | None = Field(default=None, ge=1, description="expert tensor parallel; None = tp")
+    vpp: int = Field(default=1, ge=1, description="virtual pipeline stages (chunks) per rank")
+    sequence_parallel: bool = False
+    schedule: Literal["gpipe", "1f1b", "interleaved"] | None = Field(
+        default=None, description="None = interleaved when vpp > 1, else 1f1b"
+    )
+    micro_batch_size: int = Field(default=1, ge=1, description="sequences per micro-batch")
+    global_batch_size: int = Field(default=1024, ge=1, description="sequences per step")
+    seq_len: int | None = Field(default=None, ge=1, description="None = model's seq_len")
+    recompute: Literal["none", "selective", "full"] = "none"
+    zero_stage: Literal[0, 1, 2, 3] = Field(
+        default=1, description="0 none, 1 optimizer states, 2 +grads, 3 +params (= FSDP)"
+    )
+    fsdp: bool = Field(default=False, description="FSDP full shard; implies zero_stage 3")
+    dtype: Literal["bf16", "fp16", "fp8"] = Field(default="bf16", description="GEMM precision")
+    flash_attention: bool = Field(default=True, description="fused attention, no s×s matrix")
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    tp_comm_overlap: bool = False
+    placement_order: tuple[Dim, ...] = Field(default=DEFAULT_PLACEMENT)
+    collective_algorithm: Literal["auto", "ring", "tree", "hierarchical", "in_network"] = "auto"
+
+    @model_validator(mode="after")
+    def _check(self) -> ParallelismSpec:
+        if sorted(self.placement_order) != sorted(DEFAULT_PLACEMENT):
+            allowed = ", ".join(DEFAULT_PLACEMENT)
+            raise ValueError(f"placement_order must be a permutation of {allowed}")
+        if self.schedule == "interleaved" and self.vpp < 2:
+            raise ValueError("schedule 'interleaved' needs vpp >= 2")
+        if self.schedule in ("gpipe", "1f1b") and self.vpp > 1:
+            raise ValueError(f"schedule '{self.schedule}' does not take vpp > 1")
+        return self
+
+    @property
+    def pipeline_schedule(self) -> str:
+        """The effective schedule name."""
+        if self.schedule is not None:
+            return self.schedule
+        return "interleaved" if self.vpp > 1 else "1f1b"
+
+    @property
+    def expert_tp(self) -> int:
+        return self.etp or self.tp
+
+    @property
+    def sharding_stage(self) -> int:
+        """Effective ZeRO stage (FSDP counts as 3)."""
+        return 3 if self.fsdp else int(self.zero_stage)
