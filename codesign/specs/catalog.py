@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -54,7 +54,7 @@ def _catalog_files(kind: CatalogKind) -> Iterator[tuple[str, Any]]:
             yield entry.name, yaml.safe_load(entry.read_text())
 
 
-@lru_cache(maxsize=None)
+@cache
 def _catalog_index(kind: CatalogKind) -> dict[str, tuple[str, Any]]:
     """Map every normalized name and alias to (file name, raw data)."""
     index: dict[str, tuple[str, Any]] = {}

@@ -1,0 +1,333 @@
+"""Network cost model: time of a collective on a communication group of a placed layout.
+
+Tiers. A two-tier topology has a scale-up tier (``bandwidth_GBps·1e9`` bytes/s per GPU per
+direction, α = ``latency_us``) and a scale-out tier (``nic_bandwidth_Gbps·1e9/8`` bytes/s per GPU,
+divided by ``oversubscription`` when the group's rank span exceeds ``full_bisection_gpus``;
+α = ``latency_us + hop_latency_us·(2·switch_tiers - 1)``). A FullFlat topology has one tier.
+
+Message-size efficiency. Each tier's bandwidth is scaled by
+``eff(S) = efficiency_max · S_MB / (S_MB + efficiency_half_size_MB)``, evaluated on the size
+argument of the (sub-)collective that runs on that tier: ``S`` for a flat collective and for the
+intra-domain phases of a hierarchical one, ``S/k`` for its inter-domain phase.
+
+Algorithm choice. ``"auto"`` takes the fastest applicable algorithm (NCCL-like):
+
+* group inside one scale-up domain — ring or in_network (when the tier has switch reduction);
+  NCCL's tree is a chain inside a domain, so it costs as a ring there and is not offered;
+* group across domains with one member per domain — flat ring / tree / in_network on scale-out;
+* group across domains with ``k > 1`` members per domain — the two-level hierarchical algorithm
+  (best sub-algorithm per phase), or a flat algorithm at scale-out bandwidth if that is faster;
+* FullFlat — ring / tree / in_network on the single tier.
+
+An explicit ``"ring"``, ``"tree"`` or ``"in_network"`` uses that algorithm (for in_network across
+domains with ``k > 1``: switch reduction on the inter-domain phase of the hierarchical scheme, as
+NCCL CollNet does); ``"hierarchical"`` uses the two-level scheme where the group spans domains
+with ``k > 1`` and degenerates to ``"auto"`` elsewhere. When the requested algorithm does not
+apply (tree all-gather, in_network without switch support) the ring is used; ``CommCost``
+reports the algorithm actually costed. all_to_all and p2p are always ``"direct"``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from codesign.network import collectives as C
+from codesign.network.placement import (
+    GroupPlacement,
+    Layout,
+    group_dims,
+    layout_for,
+    place_group,
+)
+from codesign.specs.topology import FullFlatTopology, TwoTierTopology
+from codesign.units import GB, MB, gbps_to_bytes_per_s, us_to_s
+
+if TYPE_CHECKING:
+    from codesign.specs.parallel import ParallelismSpec
+
+COLLECTIVE_KINDS: tuple[str, ...] = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "broadcast",
+    "p2p",
+)
+ALGORITHMS: tuple[str, ...] = ("auto", "ring", "tree", "hierarchical", "in_network")
+TIERS: tuple[str, ...] = ("scale_up", "scale_out", "mixed", "fullflat", "local")
+
+_CACHE_LIMIT = 1 << 16
+
+
+@dataclass(frozen=True)
+class CommCost:
+    """Cost of one collective call.
+
+    Attributes:
+        time_s: seconds.
+        algorithm: the algorithm costed: ring, tree, in_network, hierarchical, direct or none.
+        tier: scale_up, scale_out, mixed (both tiers), fullflat, or local (no communication).
+    """
+
+    time_s: float
+    algorithm: str
+    tier: str
+
+
+LOCAL = CommCost(0.0, "none", "local")
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One network tier as seen by a GPU.
+
+    Attributes:
+        name: scale_up, scale_out or fullflat.
+        bandwidth: wire rate, bytes/s per GPU per direction.
+        alpha: per-step latency, seconds.
+        efficiency_max: achieved fraction of ``bandwidth`` for large messages.
+        efficiency_half_size: message size reaching half of ``efficiency_max``, bytes.
+        in_network: switch-side reduction available.
+        log_tree: a logarithmic-depth tree is possible (False inside an NVLink domain, where
+            NCCL's tree is a chain).
+    """
+
+    name: str
+    bandwidth: float
+    alpha: float
+    efficiency_max: float
+    efficiency_half_size: float
+    in_network: bool
+    log_tree: bool
+
+    def efficiency(self, size_bytes: float) -> float:
+        """``efficiency_max · S / (S + half_size)``; ``efficiency_max`` when half is 0."""
+        if self.efficiency_half_size <= 0.0:
+            return self.efficiency_max
+        if size_bytes <= 0.0:
+            return 0.0
+        return self.efficiency_max * size_bytes / (size_bytes + self.efficiency_half_size)
+
+    def bw(self, size_bytes: float) -> float:
+        """Achieved bandwidth for a message of ``size_bytes``, bytes/s (floored to stay > 0)."""
+        return max(self.bandwidth * self.efficiency(size_bytes), 1e-30)
+
+    def algorithms(self, kind: str) -> tuple[str, ...]:
+        """Flat algorithms applicable to ``kind`` on this tier."""
+        out = []
+        for alg in C.FLAT_ALGORITHMS:
+            if alg == "tree" and not self.log_tree:
+                continue
+            if alg == "in_network" and not self.in_network:
+                continue
+            if math.isfinite(C.flat_collective(kind, alg, 1.0, 2, 1.0, 0.0)):
+                out.append(alg)
+        return tuple(out)
+
+
+class NetworkModel:
+    """Collective costs for a layout placed on a topology.
+
+    Build once per (topology, layout, algorithm); :meth:`collective` is cached and cheap.
+    """
+
+    def __init__(
+        self,
+        topology: TwoTierTopology | FullFlatTopology,
+        layout: Layout,
+        algorithm: str = "auto",
+    ) -> None:
+        if algorithm not in ALGORITHMS:
+            raise ValueError(
+                f"unknown collective algorithm '{algorithm}'; allowed: {', '.join(ALGORITHMS)}"
+            )
+        self.topology = topology
+        self.layout = layout
+        self.algorithm = algorithm
+        self._placements: dict[str, GroupPlacement] = {}
+        self._out_tiers: dict[str, Tier] = {}
+        self._cache: dict[tuple[str, str, float], CommCost] = {}
+        if isinstance(topology, FullFlatTopology):
+            self.domain_size = layout.world
+            self._up = Tier(
+                name="fullflat",
+                bandwidth=topology.bandwidth_GBps * GB,
+                alpha=us_to_s(topology.latency_us),
+                efficiency_max=topology.efficiency_max,
+                efficiency_half_size=topology.efficiency_half_size_MB * MB,
+                in_network=topology.in_network_reduction,
+                log_tree=True,
+            )
+        else:
+            up = topology.scale_up
+            self.domain_size = up.domain_size
+            self._up = Tier(
+                name="scale_up",
+                bandwidth=up.bandwidth_GBps * GB,
+                alpha=us_to_s(up.latency_us),
+                efficiency_max=up.efficiency_max,
+                efficiency_half_size=up.efficiency_half_size_MB * MB,
+                in_network=up.in_network_reduction,
+                log_tree=False,
+            )
+
+    @classmethod
+    def from_parallelism(
+        cls,
+        topology: TwoTierTopology | FullFlatTopology,
+        parallelism: ParallelismSpec,
+        dp: int | None = None,
+    ) -> NetworkModel:
+        """Model for a :class:`ParallelismSpec`; ``dp`` overrides / supplies ``parallelism.dp``."""
+        dp = dp if dp is not None else parallelism.dp
+        if dp is None:
+            raise ValueError("data-parallel size unknown: pass dp= or set parallelism.dp")
+        layout = layout_for(
+            tp=parallelism.tp,
+            cp=parallelism.cp,
+            ep=parallelism.ep,
+            dp=dp,
+            pp=parallelism.pp,
+            order=tuple(parallelism.placement_order),
+        )
+        return cls(topology, layout, parallelism.collective_algorithm)
+
+    # --- groups ----------------------------------------------------------------------------
+
+    def group_size(self, group: str) -> int:
+        """Ranks in one ``group`` (e.g. ``"tp"``, ``"dp"``, ``"world"``)."""
+        return self.placement(group).size
+
+    def placement(self, group: str) -> GroupPlacement:
+        """How ``group`` sits on the scale-up domains (cached)."""
+        p = self._placements.get(group)
+        if p is None:
+            group_dims(group)  # ValueError listing the allowed names
+            p = place_group(self.layout, group, self.domain_size)
+            self._placements[group] = p
+        return p
+
+    def _scale_out(self, group: str, p: GroupPlacement) -> Tier:
+        """The scale-out tier seen by ``group`` (oversubscription by span, hop latency)."""
+        tier = self._out_tiers.get(group)
+        if tier is not None:
+            return tier
+        assert isinstance(self.topology, TwoTierTopology)
+        out = self.topology.scale_out
+        bandwidth = gbps_to_bytes_per_s(out.nic_bandwidth_Gbps)
+        if out.full_bisection_gpus is not None and p.span > out.full_bisection_gpus:
+            bandwidth /= out.oversubscription
+        hops = 2 * out.switch_tiers - 1
+        tier = Tier(
+            name="scale_out",
+            bandwidth=bandwidth,
+            alpha=us_to_s(out.latency_us + out.hop_latency_us * hops),
+            efficiency_max=out.efficiency_max,
+            efficiency_half_size=out.efficiency_half_size_MB * MB,
+            in_network=out.in_network_reduction,
+            log_tree=True,
+        )
+        self._out_tiers[group] = tier
+        return tier
+
+    # --- costs -----------------------------------------------------------------------------
+
+    def collective(self, kind: str, group: str, size_bytes: float) -> CommCost:
+        """Cost of one ``kind`` collective of ``size_bytes`` on every ``group`` concurrently.
+
+        ``size_bytes`` follows :mod:`codesign.network.collectives` (all_gather: output size;
+        reduce_scatter: input size; all_to_all: all a rank sends incl. its own share). A group
+        of one rank, or zero bytes, costs nothing (tier ``"local"``).
+        """
+        key = (kind, group, size_bytes)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        if kind not in COLLECTIVE_KINDS:
+            raise ValueError(
+                f"unknown collective kind '{kind}'; allowed: {', '.join(COLLECTIVE_KINDS)}"
+            )
+        if size_bytes < 0 or math.isnan(size_bytes):
+            raise ValueError(f"size_bytes must be >= 0, got {size_bytes}")
+        cost = self._compute(kind, group, float(size_bytes))
+        if len(self._cache) >= _CACHE_LIMIT:
+            self._cache.clear()
+        self._cache[key] = cost
+        return cost
+
+    def _compute(self, kind: str, group: str, size: float) -> CommCost:
+        p = self.placement(group)
+        n = p.size
+        if n <= 1 or size == 0.0:
+            return LOCAL
+        up = self._up
+        in_domain = not p.crosses_domains
+
+        if kind == "p2p":
+            # Pipeline-style neighbours: intra-domain only if every neighbour pair of every
+            # group is inside a domain; otherwise the slowest (scale-out) hop sets the pace.
+            tier = up if in_domain and p.aligned else self._scale_out(group, p)
+            return CommCost(C.p2p(size, tier.bw(size), tier.alpha), "direct", tier.name)
+
+        if in_domain:
+            if kind == "all_to_all":
+                t = C.all_to_all(size, n, n, up.bw(size), up.alpha, 1.0, 0.0)
+                return CommCost(t, "direct", up.name)
+            return self._best_flat(kind, n, size, up)
+
+        out = self._scale_out(group, p)
+        k = p.ranks_per_domain
+        if kind == "all_to_all":
+            t = C.all_to_all(size, n, k, up.bw(size), up.alpha, out.bw(size), out.alpha)
+            return CommCost(t, "direct", "mixed" if k > 1 else "scale_out")
+
+        flat = self._best_flat(kind, n, size, out)
+        if k <= 1 or kind not in C.HIERARCHICAL:
+            return flat
+        hier = self._best_hierarchical(kind, k, p.num_domains, size, up, out)
+        if self.algorithm == "hierarchical":
+            return hier
+        if self.algorithm in ("ring", "tree"):
+            return flat
+        # auto: fastest overall; in_network: flat switch reduction or CollNet-style hierarchy
+        return hier if hier.time_s <= flat.time_s else flat
+
+    def _wanted(self, available: tuple[str, ...]) -> tuple[str, ...]:
+        """Filter ``available`` flat algorithms by the requested one (ring as fallback)."""
+        if self.algorithm in ("auto", "hierarchical"):
+            return available
+        if self.algorithm in available:
+            return (self.algorithm,)
+        return ("ring",) if "ring" in available else available
+
+    def _best_flat(self, kind: str, n: int, size: float, tier: Tier) -> CommCost:
+        """Fastest requested flat algorithm for ``kind`` on ``tier``."""
+        bw = tier.bw(size)
+        best = CommCost(math.inf, "none", tier.name)
+        for alg in self._wanted(tier.algorithms(kind)):
+            t = C.flat_collective(kind, alg, size, n, bw, tier.alpha)
+            if t < best.time_s:
+                best = CommCost(t, alg, tier.name)
+        return best
+
+    def _best_hierarchical(
+        self, kind: str, k: int, m: int, size: float, up: Tier, out: Tier
+    ) -> CommCost:
+        """Fastest two-level scheme for ``kind`` (best applicable flat algorithm per phase)."""
+        formula = C.HIERARCHICAL[kind]
+        intra_kind = "all_gather" if kind == "all_gather" else "reduce_scatter"
+        inter_kind = kind
+        inner_algs = up.algorithms(intra_kind)
+        outer_algs = out.algorithms(inter_kind)
+        if self.algorithm == "in_network" and "in_network" in outer_algs:
+            outer_algs = ("in_network",)
+        bw_up = up.bw(size)
+        bw_out = out.bw(size / k)
+        best = math.inf
+        for intra in inner_algs:
+            for inter in outer_algs:
+                t = formula(size, k, m, bw_up, up.alpha, bw_out, out.alpha, intra, inter)
+                best = min(best, t)
+        return CommCost(best, "hierarchical", "mixed")

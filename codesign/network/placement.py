@@ -1,0 +1,210 @@
+"""Rank placement: which ranks form each communication group, and how groups meet domains.
+
+Ranks are consecutive integer ids assigned in a mixed-radix order over the placement dims
+(``tp``, ``cp``, ``ep``, ``dp``, ``pp``), innermost first. The user-level data-parallel degree
+``dp`` is split into ``ep`` (inner) × ``dp // ep`` (outer): in a :class:`Layout` the dim ``"ep"``
+has size ``ep`` and the dim ``"dp"`` has size ``dp // ep``.
+
+A scale-up domain of ``D`` GPUs holds ranks ``[k·D, (k+1)·D)``. Everything here is closed form
+(a mixed-radix digit count), so placing a group costs O(number of dims), never O(ranks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+from types import MappingProxyType
+
+PLACEMENT_DIMS: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
+"""The five layout dims. ``"dp"`` is the *outer* data-parallel factor ``dp // ep``."""
+
+GROUP_DIMS: MappingProxyType[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "tp": ("tp",),
+        "cp": ("cp",),
+        "ep": ("ep",),
+        "dp": ("ep", "dp"),  # every data-parallel replica of the dense parameters
+        "dp_cp": ("cp", "ep", "dp"),  # dense gradients when context parallelism is on
+        "edp": ("dp",),  # expert data parallel: replicas of one expert shard
+        "edp_cp": ("cp", "dp"),
+        "pp": ("pp",),  # pipeline neighbours
+        "tp_cp": ("tp", "cp"),
+        "world": PLACEMENT_DIMS,
+    }
+)
+"""Communication group name -> the layout dims the group varies over."""
+
+
+def group_dims(name: str) -> tuple[str, ...]:
+    """The layout dims that group ``name`` varies over; ValueError for an unknown name."""
+    try:
+        return GROUP_DIMS[name]
+    except KeyError:
+        allowed = ", ".join(GROUP_DIMS)
+        raise ValueError(f"unknown communication group '{name}'; allowed: {allowed}") from None
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A mixed-radix rank layout.
+
+    ``order`` lists the dims innermost (fastest-varying rank id) first; ``sizes`` is a tuple of
+    ``(dim, size)`` pairs in the same order (hashable). Use :func:`layout_for` to build one.
+    """
+
+    order: tuple[str, ...]
+    sizes: tuple[tuple[str, int], ...]
+
+    def __post_init__(self) -> None:
+        if tuple(d for d, _ in self.sizes) != self.order:
+            raise ValueError("Layout.sizes must list the dims of Layout.order in the same order")
+        if sorted(self.order) != sorted(PLACEMENT_DIMS):
+            raise ValueError(f"Layout.order must be a permutation of {', '.join(PLACEMENT_DIMS)}")
+        for dim, n in self.sizes:
+            if n < 1:
+                raise ValueError(f"Layout size of '{dim}' must be >= 1, got {n}")
+
+    @property
+    def size_map(self) -> MappingProxyType[str, int]:
+        """Read-only ``dim -> size`` view."""
+        return MappingProxyType(dict(self.sizes))
+
+    def size(self, dim: str) -> int:
+        """Number of positions along ``dim``."""
+        for d, n in self.sizes:
+            if d == dim:
+                return n
+        raise ValueError(f"unknown layout dim '{dim}'; allowed: {', '.join(PLACEMENT_DIMS)}")
+
+    def stride(self, dim: str) -> int:
+        """Rank-id distance between neighbours along ``dim`` (product of the inner dims' sizes)."""
+        s = 1
+        for d, n in self.sizes:
+            if d == dim:
+                return s
+            s *= n
+        raise ValueError(f"unknown layout dim '{dim}'; allowed: {', '.join(PLACEMENT_DIMS)}")
+
+    @property
+    def world(self) -> int:
+        """Total number of ranks (product of all sizes)."""
+        return prod(n for _, n in self.sizes)
+
+    def group_size(self, group: str) -> int:
+        """Number of ranks in one group of kind ``group``."""
+        return prod(self.size(d) for d in group_dims(group))
+
+
+def layout_for(
+    tp: int, cp: int, ep: int, dp: int, pp: int, order: tuple[str, ...] = PLACEMENT_DIMS
+) -> Layout:
+    """Build a :class:`Layout` from user-level degrees; ``ep`` must divide ``dp``.
+
+    The layout's ``"ep"`` dim has size ``ep`` and its ``"dp"`` dim has size ``dp // ep``.
+    """
+    for name, value in (("tp", tp), ("cp", cp), ("ep", ep), ("dp", dp), ("pp", pp)):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    if dp % ep:
+        raise ValueError(f"ep ({ep}) must divide dp ({dp})")
+    order = tuple(order)
+    if sorted(order) != sorted(PLACEMENT_DIMS):
+        raise ValueError(f"placement order must be a permutation of {', '.join(PLACEMENT_DIMS)}")
+    sizes = {"tp": tp, "cp": cp, "ep": ep, "dp": dp // ep, "pp": pp}
+    return Layout(order=order, sizes=tuple((d, sizes[d]) for d in order))
+
+
+@dataclass(frozen=True)
+class GroupPlacement:
+    """How one communication group sits on the scale-up domains.
+
+    Attributes:
+        size: ranks in the group.
+        ranks_per_domain: members of the group of rank 0 that lie in domain 0 (ranks ``[0, D)``),
+            i.e. how many group members share a scale-up domain.
+        num_domains: ``ceil(size / ranks_per_domain)``.
+        span: rank-id extent of the group of rank 0, ``max rank - min rank + 1``.
+        aligned: True when every group of this kind (not only rank 0's) lies inside one domain
+            whenever rank 0's does, i.e. domain boundaries fall on group-block boundaries.
+    """
+
+    size: int
+    ranks_per_domain: int
+    num_domains: int
+    span: int
+    aligned: bool = True
+
+    @property
+    def crosses_domains(self) -> bool:
+        """True when the group needs the scale-out tier."""
+        return self.num_domains > 1
+
+
+def _count_below(layout: Layout, dims: frozenset[str], limit: int) -> int:
+    """Members of rank 0's group (digits free on ``dims``, zero elsewhere) with id < ``limit``.
+
+    Mixed-radix digit DP from the most significant dim: O(number of dims).
+    """
+    world = layout.world
+    if limit >= world:
+        return prod(n for d, n in layout.sizes if d in dims)
+    if limit <= 0:
+        return 0
+    # digits of `limit`, innermost first; `below[i]` = members using only dims inner to i
+    digits: list[int] = []
+    rest = limit
+    for _, n in layout.sizes:
+        digits.append(rest % n)
+        rest //= n
+    below = [1]
+    for d, n in layout.sizes:
+        below.append(below[-1] * (n if d in dims else 1))
+    count = 0
+    for i in range(len(layout.sizes) - 1, -1, -1):
+        d = layout.sizes[i][0]
+        c = digits[i]
+        if d in dims:
+            count += c * below[i]  # any digit < c here, inner group digits free
+        else:
+            if c > 0:
+                count += below[i]  # digit 0 < c, inner group digits free
+                return count  # digit c != 0 is not a member prefix: stop
+    return count
+
+
+def place_group(layout: Layout, group_name: str, domain_size: int) -> GroupPlacement:
+    """Place the ``group_name`` groups of ``layout`` on domains of ``domain_size`` ranks.
+
+    Exact for any layout (mixed-radix counting, no enumeration). For a single-tier network pass
+    ``domain_size = layout.world``: every group then lies in one domain.
+    """
+    if domain_size < 1:
+        raise ValueError(f"domain_size must be >= 1, got {domain_size}")
+    dims = frozenset(group_dims(group_name))
+    size = prod(layout.size(d) for d in dims)
+    span = 1 + sum((layout.size(d) - 1) * layout.stride(d) for d in dims)
+    per_domain = max(1, _count_below(layout, dims, domain_size))
+    num_domains = -(-size // per_domain)
+    # Every group lies inside an aligned block of `block` ranks (all dims up to and including its
+    # outermost dim). All groups split over domains the same way as rank 0's when the domains
+    # hold whole blocks, or when a domain boundary is a digit boundary of the mixed radix.
+    wide = [layout.order.index(d) for d in dims if layout.size(d) > 1]
+    block = prod(n for _, n in layout.sizes[: max(wide) + 1]) if wide else 1
+    prefix = 1
+    digit_boundary = False
+    for _, n in layout.sizes:
+        prefix *= n
+        digit_boundary = digit_boundary or prefix == domain_size
+    aligned = domain_size >= layout.world or domain_size % block == 0 or digit_boundary
+    if not aligned and wide and block % domain_size == 0:
+        # Group dims contiguous at the top of the block (no wider non-group dim between them)
+        # and domains a multiple of the innermost group stride: the inner offset of a group
+        # never moves a member across a domain boundary.
+        lo, hi = min(wide), max(wide)
+        contiguous = all(
+            layout.sizes[i][0] in dims or layout.sizes[i][1] == 1 for i in range(lo, hi + 1)
+        )
+        aligned = contiguous and domain_size % layout.stride(layout.order[lo]) == 0
+    return GroupPlacement(
+        size=size, ranks_per_domain=per_domain, num_domains=num_domains, span=span, aligned=aligned
+    )

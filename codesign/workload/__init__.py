@@ -1,0 +1,1 @@
+"""Workload model: parameter counts, per-layer operators and their FLOPs/bytes."""

@@ -1,0 +1,120 @@
+"""Bind a training run to the named dimensions of the layer templates (per rank, per
+micro-batch), and check that the plan is feasible for the model and cluster."""
+
+from __future__ import annotations
+
+from codesign.specs.run import TrainingRun
+from codesign.workload.layers import LayerStructure
+
+
+def plan_problems(run: TrainingRun) -> list[str]:
+    """Every reason the plan cannot run (empty when feasible). No memory check here."""
+    m, p = run.model, run.parallel
+    dp, seq = run.dp, run.seq_len
+    out: list[str] = []
+    model_par = p.tp * p.pp * p.cp
+    if p.dp is None and run.num_gpus % model_par:
+        out.append(f"num_gpus {run.num_gpus} is not divisible by tp×pp×cp = {model_par}")
+    elif model_par * dp != run.num_gpus:
+        out.append(f"tp×pp×cp×dp = {model_par * dp} != num_gpus {run.num_gpus}")
+    if dp < 1:
+        out.append(f"tp×pp×cp = {model_par} exceeds num_gpus {run.num_gpus}")
+        return out
+    if m.num_heads % p.tp:
+        out.append(f"tp {p.tp} does not divide num_heads {m.num_heads}")
+    kv = m.kv_heads
+    if m.mla is None and kv % p.tp and p.tp % kv:
+        out.append(f"tp {p.tp} and num_kv_heads {kv}: one must divide the other")
+    if m.ffn_hidden_size % p.tp:
+        out.append(f"tp {p.tp} does not divide ffn_hidden_size {m.ffn_hidden_size}")
+    if seq % p.cp:
+        out.append(f"cp {p.cp} does not divide seq_len {seq}")
+    if p.pp * p.vpp > m.num_layers:
+        out.append(f"pp×vpp = {p.pp * p.vpp} exceeds num_layers {m.num_layers}")
+    per_step = p.micro_batch_size * dp
+    if p.global_batch_size % per_step:
+        out.append(f"global_batch_size {p.global_batch_size} is not a multiple of "
+                   f"micro_batch_size×dp = {per_step}")
+    else:
+        n_mb = p.global_batch_size // per_step
+        if p.pipeline_schedule == "interleaved" and n_mb % p.pp:
+            out.append(f"interleaved schedule needs micro-batches ({n_mb}) divisible by pp {p.pp}")
+    if m.moe is not None:
+        if m.moe.num_experts % p.ep:
+            out.append(f"ep {p.ep} does not divide num_experts {m.moe.num_experts}")
+        if dp % p.ep:
+            out.append(f"ep {p.ep} does not divide dp {dp}")
+        if p.expert_tp not in (1, p.tp):
+            out.append(f"etp must be 1 or tp ({p.tp}), got {p.expert_tp}")
+        if m.moe.expert_ffn_hidden_size % p.expert_tp:
+            out.append(f"etp {p.expert_tp} does not divide expert_ffn_hidden_size")
+    elif p.ep > 1:
+        out.append(f"ep {p.ep} > 1 needs an MoE model; {m.name} is dense")
+    if p.dtype == "fp8" and "fp8" not in run.gpu.peak_tflops:
+        out.append(f"dtype fp8 is not supported by {run.gpu.name} "
+                   f"(has {', '.join(sorted(run.gpu.peak_tflops))})")
+    return out
+
+
+def num_microbatches(run: TrainingRun) -> int:
+    """Micro-batches per pipeline per step."""
+    p = run.parallel
+    return max(1, p.global_batch_size // (p.micro_batch_size * run.dp))
+
+
+def layer_structure(run: TrainingRun, moe_layer: bool) -> LayerStructure:
+    """The discrete template choices of one layer under this plan."""
+    m, p = run.model, run.parallel
+    shared = m.moe is not None and m.moe.num_shared_experts > 0
+    return LayerStructure(
+        mla=m.mla is not None,
+        q_lora=m.mla is not None and m.mla.q_lora_rank is not None,
+        gated=m.mlp == "gated",
+        flash=p.flash_attention,
+        sp=p.sequence_parallel and p.tp > 1,
+        moe=moe_layer,
+        shared_experts=moe_layer and shared,
+        expert_tp=moe_layer and p.expert_tp > 1,
+        tp_overlap=p.tp_comm_overlap,
+    )
+
+
+def bind_dims(run: TrainingRun, unsharded: bool = False) -> dict[str, float]:
+    """Numbers for every template dimension (see :mod:`codesign.workload.layers`).
+
+    ``unsharded=True`` binds one sequence on one device (tp = cp = ep = 1): the per-sequence
+    model FLOPs come from that binding.
+    """
+    m, p = run.model, run.parallel
+    seq = float(run.seq_len)
+    tp = 1 if unsharded else p.tp
+    cp = 1 if unsharded else p.cp
+    ep = 1 if unsharded else p.ep
+    etp = 1 if unsharded else p.expert_tp
+    mbs = 1 if unsharded else p.micro_batch_size
+    sp = p.sequence_parallel and tp > 1
+    tokens = mbs * seq / cp
+    e_gemm = 1.0 if p.dtype == "fp8" else 2.0
+    env: dict[str, float] = {
+        "b": mbs, "T": tokens, "Tsp": tokens / tp if sp else tokens, "S": seq,
+        "h": m.hidden_size, "e": 2.0, "eg": e_gemm, "tok_e": e_gemm,
+        "a_t": m.num_heads / tp, "g_t": max(m.kv_heads / tp, 1.0), "d": m.dim_per_head,
+        "f_t": m.ffn_hidden_size / tp, "gm": 2.0 if m.mlp == "gated" else 1.0,
+        "V_t": m.vocab_size / tp,
+        "ql": 0.0, "kvl": 0.0, "dn": 0.0, "dr": 0.0, "dv": 0.0,
+        "E": 1.0, "E_l": 1.0, "k": 0.0, "fe_t": 0.0, "Tx": 0.0, "Td": 0.0, "fs_t": 0.0,
+        "etp": float(etp),
+    }
+    if m.mla is not None:
+        env.update(ql=float(m.mla.q_lora_rank or 0), kvl=m.mla.kv_lora_rank,
+                   dn=m.mla.qk_nope_head_dim, dr=m.mla.qk_rope_head_dim, dv=m.mla.v_head_dim)
+    if m.moe is not None:
+        moe = m.moe
+        shared_inner = (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size)
+        env.update(
+            E=moe.num_experts, E_l=moe.num_experts / ep, k=moe.top_k,
+            fe_t=moe.expert_ffn_hidden_size / etp,
+            Tx=tokens * moe.top_k * etp / tp, Td=tokens / tp * moe.top_k,
+            fs_t=moe.num_shared_experts * shared_inner / tp,
+        )
+    return env

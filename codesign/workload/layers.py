@@ -1,0 +1,193 @@
+"""Transformer layer templates: the forward operators of one rank, symbolic in the dims.
+
+Dimension names bound by :func:`codesign.workload.dims.bind_dims` (per rank, per micro-batch):
+
+==========  ==================================================================================
+``T``       tokens of this rank's micro-batch before TP splitting: ``b × seq / cp``
+``Tsp``     tokens in sequence-parallel regions: ``T / tp`` with SP, else ``T``
+``S``       key/value sequence length seen by attention (full sequence, CP gathers keys)
+``b``       micro-batch size (sequences)
+``h``       hidden size;  ``e`` activation bytes/element (2);  ``eg`` GEMM input bytes
+``a_t``     query heads per TP rank;  ``g_t`` KV heads per TP rank (≥ 1);  ``d`` head dim
+``f_t``     dense MLP inner size per TP rank;  ``gm`` 2 for gated MLPs, else 1
+``V_t``     vocabulary per TP rank
+``ql`` ...  MLA ranks and head dims (``ql`` q LoRA rank, ``kvl`` KV LoRA rank, ``dn`` ``dr`` ``dv``)
+``E_l``     routed experts held by this rank; ``k`` top-k; ``fe_t`` expert inner size per ETP
+``Tx``      routed token copies an expert rank computes: ``T × k × etp / tp``
+``Td``      routed token copies a rank dispatches: ``Tsp_e × k`` (``Tsp_e`` = ``T/tp``)
+``fs_t``    shared-expert inner size (all shared experts) per TP rank
+==========  ==================================================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from codesign.workload.ops import OpTemplate, comm, gemm, memory
+from codesign.workload.symbolic import Sym, syms
+
+T, Tsp, S, b, h, e, eg = syms("T Tsp S b h e eg")
+a_t, g_t, d, f_t, gm, V_t = syms("a_t g_t d f_t gm V_t")
+ql, kvl, dn, dr, dv = syms("ql kvl dn dr dv")
+E, E_l, k, fe_t, Tx, Td, fs_t, etp = syms("E E_l k fe_t Tx Td fs_t etp")
+TOKEN_BYTES = Sym("tok_e")  # bytes per element of dispatched tokens
+
+
+@dataclass(frozen=True)
+class LayerStructure:
+    """The discrete choices that shape a layer's operator list (numbers come later)."""
+
+    mla: bool = False
+    q_lora: bool = False
+    gated: bool = True
+    flash: bool = True
+    sp: bool = False
+    moe: bool = False
+    shared_experts: bool = False
+    expert_tp: bool = False  # expert weights split over the TP group (etp == tp > 1)
+    tp_overlap: bool = False
+
+
+def _tp_in(name: str, st: LayerStructure, size: object) -> OpTemplate:
+    """Entering a tensor-parallel region: SP all-gather, or Megatron's *f* (AR in backward)."""
+    if st.sp:
+        return comm(name, "all_gather", "reduce_scatter", "tp", size,  # type: ignore[arg-type]
+                    overlap="next" if st.tp_overlap else "none")
+    return comm(name, None, "all_reduce", "tp", size,  # type: ignore[arg-type]
+                overlap="next" if st.tp_overlap else "none")
+
+
+def _tp_out(name: str, st: LayerStructure, size: object) -> OpTemplate:
+    """Leaving a tensor-parallel region: SP reduce-scatter, or Megatron's *g* (AR forward)."""
+    if st.sp:
+        return comm(name, "reduce_scatter", "all_gather", "tp", size,  # type: ignore[arg-type]
+                    overlap="prev" if st.tp_overlap else "none")
+    return comm(name, "all_reduce", None, "tp", size,  # type: ignore[arg-type]
+                overlap="prev" if st.tp_overlap else "none")
+
+
+def attention_block(st: LayerStructure) -> list[OpTemplate]:
+    """Norm, QKV (or MLA) projections, attention core, output projection, residual."""
+    ops = [memory("attn_norm", 2 * Tsp * h * e, saved=Tsp * h * e),
+           _tp_in("attn_tp_in", st, T * h * e)]
+    if st.mla:
+        dqk = dn + dr
+        if st.q_lora:
+            ops += [gemm("q_down", T, ql, h, saved=Tsp * h * e, e_in=eg, e_out=e),
+                    memory("q_norm", 2 * T * ql * e, saved=T * ql * e),
+                    gemm("q_up", T, a_t * dqk, ql, saved=T * ql * e, e_in=eg, e_out=e)]
+        else:
+            ops.append(gemm("q_proj", T, a_t * dqk, h, saved=Tsp * h * e, e_in=eg, e_out=e))
+        ops += [gemm("kv_down", T, kvl + dr, h, saved=0, e_in=eg, e_out=e),
+                memory("kv_norm", 2 * T * kvl * e, saved=T * kvl * e),
+                gemm("kv_up", T, a_t * (dn + dv), kvl, saved=T * kvl * e, e_in=eg, e_out=e),
+                ]
+        q_bytes, kv_bytes, o_dim = T * a_t * dqk * e, b * S * a_t * (dqk + dv) * e, a_t * dv
+        attn_flops = 2 * T * S * a_t * (dqk + dv)
+        kv_size = b * S * (kvl + dr) * e  # CP exchanges the compressed latent KV
+    else:
+        ops += [gemm("qkv_proj", T, (a_t + 2 * g_t) * d, h, saved=Tsp * h * e,
+                     e_in=eg, e_out=e),
+                ]
+        q_bytes, kv_bytes, o_dim = T * a_t * d * e, b * S * 2 * g_t * d * e, a_t * d
+        attn_flops = 4 * T * S * a_t * d
+        kv_size = b * S * 2 * g_t * d * e
+    # Q, K, V as attention reads them (after RoPE) are saved for backward, also under
+    # selective recompute, which recomputes only the attention core from them.
+    local_kv = kv_bytes * T / (b * S)
+    ops.append(memory("rope", 2 * (q_bytes + local_kv), saved=q_bytes + local_kv))
+    ops.append(comm("cp_kv_gather", "all_gather", "reduce_scatter", "cp", kv_size,
+                    overlap="next"))
+    if st.flash:
+        ops.append(OpTemplate(
+            name="attention", kind="attention", flops=attn_flops,
+            bytes=q_bytes + kv_bytes + T * o_dim * e, saved=b * a_t * (T / b) * 4,
+            attn_core=True, causal=True, precision="bf16"))
+    else:  # unfused: score matrix materialized (Korthikanti et al. 2022: 5·a·s²·b bytes)
+        scores = b * a_t * (T / b) * S
+        half = attn_flops / 2
+        ops += [
+            OpTemplate(name="attn_scores", kind="attention", flops=half,
+                       bytes=q_bytes + kv_bytes / 2 + scores * e, saved=0,
+                       attn_core=True, precision="bf16"),
+            # softmax output (2 B), dropout mask (1 B) and dropout output (2 B) per score
+            memory("softmax_dropout", 4 * scores * e, saved=5 * scores * e / 2,
+                   attn_core=True),
+            OpTemplate(name="attn_values", kind="attention", flops=half,
+                       bytes=scores * e + kv_bytes / 2 + T * o_dim * e, saved=0,
+                       attn_core=True, precision="bf16"),
+        ]
+    ops += [gemm("out_proj", T, h, o_dim, saved=T * o_dim * e, e_in=eg, e_out=e),
+            _tp_out("attn_tp_out", st, T * h * e),
+            memory("attn_residual", 3 * Tsp * h * e, saved=Tsp * h * e / 2)]
+    return ops
+
+
+def dense_mlp_block(st: LayerStructure, inner: Sym = f_t, prefix: str = "mlp") -> list[OpTemplate]:
+    """Norm, up (gated: gate+up) projection, activation, down projection, residual."""
+    return [
+        memory(f"{prefix}_norm", 2 * Tsp * h * e, saved=Tsp * h * e),
+        _tp_in(f"{prefix}_tp_in", st, T * h * e),
+        gemm(f"{prefix}_up", T, gm * inner, h, saved=Tsp * h * e, e_in=eg, e_out=e),
+        memory(f"{prefix}_act", (gm + 1) * T * inner * e, saved=gm * T * inner * e),
+        gemm(f"{prefix}_down", T, h, inner, saved=T * inner * e, e_in=eg, e_out=e),
+        _tp_out(f"{prefix}_tp_out", st, T * h * e),
+        memory(f"{prefix}_residual", 3 * Tsp * h * e, saved=Tsp * h * e / 2),
+    ]
+
+
+def moe_block(st: LayerStructure) -> list[OpTemplate]:
+    """Router, token dispatch (all-to-all), experts, combine; plus shared experts."""
+    ops = [memory("moe_norm", 2 * Tsp * h * e, saved=Tsp * h * e),
+           gemm("router", Tsp, E, h, saved=Tsp * h * e, e_in=e, e_out=4),
+           memory("permute", 2 * Td * h * e + Tsp * E * 4, saved=0),
+           comm("dispatch", "all_to_all", "all_to_all", "ep", Td * h * TOKEN_BYTES)]
+    if st.expert_tp:
+        ops.append(comm("expert_tp_in", "all_gather", "reduce_scatter", "tp", Tx * h * e))
+    ops += [
+        gemm("expert_up", Tx, gm * fe_t, h, saved=Tx * h * e, e_in=eg, e_out=e),
+        memory("expert_act", (gm + 1) * Tx * fe_t * e, saved=gm * Tx * fe_t * e),
+        gemm("expert_down", Tx, h, fe_t, saved=Tx * fe_t * e, e_in=eg, e_out=e),
+    ]
+    if st.expert_tp:
+        ops.append(comm("expert_tp_out", "reduce_scatter", "all_gather", "tp", Tx * h * e))
+    ops += [comm("combine", "all_to_all", "all_to_all", "ep", Td * h * TOKEN_BYTES),
+            memory("unpermute", 2 * Td * h * e + Tsp * h * e, saved=Td * 4)]
+    if st.shared_experts:
+        ops += [
+            _tp_in("shared_tp_in", st, T * h * e),
+            gemm("shared_up", T, gm * fs_t, h, saved=0, e_in=eg, e_out=e),
+            memory("shared_act", (gm + 1) * T * fs_t * e, saved=gm * T * fs_t * e),
+            gemm("shared_down", T, h, fs_t, saved=T * fs_t * e, e_in=eg, e_out=e),
+            _tp_out("shared_tp_out", st, T * h * e),
+        ]
+    ops.append(memory("moe_residual", 3 * Tsp * h * e, saved=0))
+    return ops
+
+
+@lru_cache(maxsize=128)
+def layer_template(st: LayerStructure) -> tuple[OpTemplate, ...]:
+    """The forward operators of one transformer layer with structure ``st``."""
+    mlp = moe_block(st) if st.moe else dense_mlp_block(st)
+    return tuple(attention_block(st) + mlp)
+
+
+@lru_cache(maxsize=16)
+def embedding_template(st: LayerStructure) -> tuple[OpTemplate, ...]:
+    """Vocabulary-parallel embedding lookup (first pipeline stage)."""
+    out = (comm("embed_tp_out", "reduce_scatter", "all_gather", "tp", T * h * e) if st.sp
+           else comm("embed_tp_out", "all_reduce", None, "tp", T * h * e))
+    return (memory("embedding", 2 * T * h * e, saved=T * 8), out)
+
+
+@lru_cache(maxsize=16)
+def head_template(st: LayerStructure) -> tuple[OpTemplate, ...]:
+    """Final norm, vocabulary-parallel logits and cross-entropy loss (last stage)."""
+    return (
+        memory("final_norm", 2 * Tsp * h * e, saved=Tsp * h * e),
+        _tp_in("head_tp_in", st, T * h * e),
+        gemm("logits", T, V_t, h, saved=Tsp * h * e, e_in=e, e_out=4),
+        memory("cross_entropy", 3 * T * V_t * 4, saved=T * V_t * 4),
+        comm("loss_tp_reduce", "all_reduce", None, "tp", 3 * T * 4),
+    )

@@ -1,0 +1,129 @@
+"""Operator templates (symbolic) and bound operators (numbers).
+
+An :class:`OpTemplate` describes one forward kernel or collective of a layer with its FLOPs,
+HBM bytes, GEMM shape, saved-activation bytes and collective as expressions of named
+dimensions; :func:`bind` turns it into an :class:`Op` for one plan. Backward operators are
+derived from forward ones by rules in :mod:`codesign.workload.training`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from codesign.workload.symbolic import Expr, ExprLike, lift
+
+OpKind = Literal["gemm", "attention", "memory", "comm"]
+CommKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p"]
+#: how a collective overlaps compute on the same rank:
+#: ``none`` blocking (waits for the previous compute op, the next one waits for it);
+#: ``next`` runs with the next compute op (chunked/pipelined, e.g. TP all-gather + GEMM);
+#: ``prev`` runs with the previous compute op (e.g. GEMM + reduce-scatter);
+#: ``prefetch`` waits for nothing but its stream, the next compute op waits for it;
+#: ``async`` starts after the previous compute op and nothing waits for it.
+Overlap = Literal["none", "next", "prev", "prefetch", "async"]
+Category = Literal["forward", "backward", "recompute", "optimizer"]
+
+#: collective of a forward op -> collective of its backward (Megatron's conjugate operators)
+CONJUGATE: dict[str | None, str | None] = {
+    "all_gather": "reduce_scatter",
+    "reduce_scatter": "all_gather",
+    "all_to_all": "all_to_all",
+    "all_reduce": None,
+    None: "all_reduce",
+}
+
+#: communication group -> stream that carries it
+GROUP_STREAM: dict[str, str] = {
+    "tp": "tp", "cp": "cp", "ep": "ep", "dp": "dp", "dp_cp": "dp", "edp": "dp",
+    "edp_cp": "dp", "pp": "pp", "world": "dp",
+}
+
+
+@dataclass(frozen=True)
+class OpTemplate:
+    """One forward operator of a layer template, symbolic in the plan's dimensions.
+
+    Units: ``flops`` in FLOP, ``bytes`` (HBM traffic), ``saved`` (activation bytes kept for
+    backward) and ``size`` (collective payload, per :mod:`codesign.network` conventions) in
+    bytes. ``comm``/``comm_bwd`` name the collective run in forward/backward (``None``: none),
+    so Megatron's *f* operator is ``comm=None, comm_bwd="all_reduce"``.
+    """
+
+    name: str
+    kind: OpKind
+    flops: Expr
+    bytes: Expr
+    saved: Expr
+    mnk: tuple[Expr, Expr, Expr] | None = None
+    comm: str | None = None
+    comm_bwd: str | None = None
+    group: str | None = None
+    size: Expr | None = None
+    overlap: Overlap = "none"
+    attn_core: bool = False  # recomputed by selective recompute
+    causal: bool = False
+    weight_grad: bool = True  # GEMM has a weight-gradient GEMM in backward
+    precision: Literal["gemm", "bf16"] = "gemm"  # 'gemm' = the plan's GEMM dtype
+
+
+def gemm(name: str, m: ExprLike, n: ExprLike, k: ExprLike, saved: ExprLike, e_in: ExprLike,
+         e_out: ExprLike, weight_grad: bool = True) -> OpTemplate:
+    """A GEMM C[m,n] = A[m,k] B[k,n]: 2mnk FLOPs, reads A and B, writes C."""
+    m_, n_, k_ = lift(m), lift(n), lift(k)
+    return OpTemplate(
+        name=name, kind="gemm", flops=2 * m_ * n_ * k_,
+        bytes=(m_ * k_ + k_ * n_) * e_in + m_ * n_ * e_out, saved=lift(saved),
+        mnk=(m_, n_, k_), weight_grad=weight_grad,
+    )
+
+
+def memory(name: str, nbytes: ExprLike, saved: ExprLike = 0,
+           attn_core: bool = False) -> OpTemplate:
+    """A memory-bound (elementwise, normalization, permutation) kernel moving ``nbytes``."""
+    return OpTemplate(name=name, kind="memory", flops=lift(0), bytes=lift(nbytes),
+                      saved=lift(saved), precision="bf16", attn_core=attn_core)
+
+
+def comm(name: str, fwd: str | None, bwd: str | None, group: str, size: ExprLike,
+         overlap: Overlap = "none") -> OpTemplate:
+    """A collective on ``group`` (``fwd``/``bwd`` are the kinds run in each pass)."""
+    return OpTemplate(name=name, kind="comm", flops=lift(0), bytes=lift(0), saved=lift(0),
+                      comm=fwd, comm_bwd=bwd, group=group, size=lift(size), overlap=overlap)
+
+
+@dataclass(frozen=True)
+class Op:
+    """A bound operator: plain numbers for one plan, one rank, one micro-batch.
+
+    ``flops`` are the FLOPs as counted by convention (full attention matrix); the compute
+    model decides what the kernel executes (e.g. causal flash attention skips half).
+    """
+
+    name: str
+    kind: OpKind
+    category: Category
+    layer: int  # layer index within the model; -1 for embedding/head/optimizer
+    flops: float = 0.0
+    bytes: float = 0.0
+    mnk: tuple[float, float, float] | None = None
+    comm: str | None = None
+    group: str | None = None
+    size: float = 0.0
+    overlap: Overlap = "none"
+    causal: bool = False
+    backward: bool = False
+    precision: str = "bf16"
+
+    @property
+    def stream(self) -> str:
+        """Stream the op runs on: ``compute`` or the communication stream of its group."""
+        if self.kind != "comm":
+            return "compute"
+        return GROUP_STREAM.get(self.group or "", "comm")
+
+
+def evaluate(expr: Expr | None, env: Mapping[str, float]) -> float:
+    """Value of an optional expression (``None`` is 0)."""
+    return 0.0 if expr is None else expr.evaluate(env)

@@ -1,0 +1,224 @@
+"""Parameter counts of a :class:`~codesign.specs.model.ModelSpec`, exact to the weight.
+
+Every count is an integer number of parameters (not bytes). Conventions:
+
+* Linear layers are ``in x out`` weight matrices plus, where the model has biases
+  (``attention_bias`` / ``mlp_bias``), an ``out``-sized bias vector. Biases are counted in the
+  bucket of the module they belong to (attention, dense MLP, routed/shared experts, router),
+  so the per-layer helpers and the totals agree and routed-expert biases scale with top-k.
+* Norms have ``h`` parameters (RMSNorm) or ``2h`` (LayerNorm: weight + bias); each layer has
+  two (pre-attention and pre-MLP) and the model has one final norm. MLA's internal norms on the
+  compressed query/KV latents are part of attention.
+* ``active`` is the number of parameters a token touches: everything except the routed experts
+  it is not sent to (routed experts contribute ``top_k / num_experts`` of their weights). It
+  includes the input embedding table; some publishers (DeepSeek, OpenAI gpt-oss) leave the
+  input embedding out of their "activated parameters" figure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from codesign.specs.model import ModelSpec
+
+
+@dataclass(frozen=True)
+class ParamCounts:
+    """Parameter counts by module, summed over all layers."""
+
+    embedding: int
+    """Input token embedding (+ learned position embedding)."""
+    output: int
+    """LM head; 0 when tied to the input embedding."""
+    attention: int
+    """All attention blocks (projections, their biases, MLA latent norms)."""
+    mlp_dense: int
+    """Dense-MLP layers (every layer of a dense model; the dense layers of an MoE model)."""
+    moe_routed: int
+    """All routed experts of all MoE layers."""
+    moe_shared: int
+    """All shared (always-active) experts of all MoE layers."""
+    router: int
+    """MoE router (gate) weights of all MoE layers."""
+    norms: int
+    """Per-layer norms and the final norm."""
+    total: int
+    """Sum of all of the above."""
+    active: int
+    """Parameters touched per token: ``total`` minus the routed experts not selected."""
+
+    @property
+    def total_B(self) -> float:
+        """Total parameters in billions."""
+        return self.total / 1e9
+
+    @property
+    def active_B(self) -> float:
+        """Active parameters per token in billions."""
+        return self.active / 1e9
+
+    @property
+    def non_embedding(self) -> int:
+        """Total without the input embedding and the (untied) LM head."""
+        return self.total - self.embedding - self.output
+
+
+def _linear(n_in: int, n_out: int, bias: bool) -> int:
+    """Weights (+ bias) of one ``n_in -> n_out`` linear layer."""
+    return n_in * n_out + (n_out if bias else 0)
+
+
+def norm_params(model: ModelSpec, size: int | None = None) -> int:
+    """Parameters of one norm over ``size`` features (default ``hidden_size``)."""
+    width = model.hidden_size if size is None else size
+    return 2 * width if model.norm == "layernorm" else width
+
+
+def attention_params_per_layer(model: ModelSpec) -> int:
+    """Parameters of one attention block (weights, biases, MLA latent norms; not the pre-norm).
+
+    MHA/GQA: ``h*(a*d)`` [Q] + ``2*h*(kv*d)`` [K, V] + ``(a*d)*h`` [O].
+    MLA: query path ``h*q_lora + norm(q_lora) + q_lora*a*(nope+rope)`` (or ``h*a*(nope+rope)``
+    without ``q_lora_rank``); KV path ``h*(kv_lora+rope) + norm(kv_lora) + kv_lora*a*(nope+v)``;
+    output ``a*v*h``.
+    """
+    h = model.hidden_size
+    a = model.num_heads
+    bias = model.attention_bias
+    mla = model.mla
+    if mla is None:
+        d = model.dim_per_head
+        q = _linear(h, a * d, bias)
+        kv = 2 * _linear(h, model.kv_heads * d, bias)
+        o = _linear(a * d, h, bias)
+        return q + kv + o
+    qk_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+    if mla.q_lora_rank is not None:
+        q = (
+            _linear(h, mla.q_lora_rank, bias)
+            + norm_params(model, mla.q_lora_rank)
+            + _linear(mla.q_lora_rank, a * qk_dim, bias)
+        )
+    else:
+        q = _linear(h, a * qk_dim, bias)
+    kv = (
+        _linear(h, mla.kv_lora_rank + mla.qk_rope_head_dim, bias)
+        + norm_params(model, mla.kv_lora_rank)
+        + _linear(mla.kv_lora_rank, a * (mla.qk_nope_head_dim + mla.v_head_dim), bias)
+    )
+    o = _linear(a * mla.v_head_dim, h, bias)
+    return q + kv + o
+
+
+def ffn_params(model: ModelSpec, inner: int) -> int:
+    """One MLP (dense or one expert) with inner size ``inner``: gated ``3*h*f``, plain ``2*h*f``."""
+    h = model.hidden_size
+    n_up = 2 if model.mlp == "gated" else 1
+    return n_up * _linear(h, inner, model.mlp_bias) + _linear(inner, h, model.mlp_bias)
+
+
+def dense_mlp_params(model: ModelSpec) -> int:
+    """One dense-MLP layer (``ffn_hidden_size``)."""
+    return ffn_params(model, model.ffn_hidden_size)
+
+
+def routed_expert_params(model: ModelSpec) -> int:
+    """One routed expert of one MoE layer; 0 for a dense model."""
+    if model.moe is None:
+        return 0
+    return ffn_params(model, model.moe.expert_ffn_hidden_size)
+
+
+def shared_expert_params(model: ModelSpec) -> int:
+    """All shared experts of one MoE layer; 0 for a dense model or none shared."""
+    moe = model.moe
+    if moe is None or moe.num_shared_experts == 0:
+        return 0
+    inner = moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size
+    return moe.num_shared_experts * ffn_params(model, inner)
+
+
+def router_params(model: ModelSpec) -> int:
+    """Router (gate) of one MoE layer: ``h * num_experts`` (+ bias with ``mlp_bias``)."""
+    if model.moe is None:
+        return 0
+    return _linear(model.hidden_size, model.moe.num_experts, model.mlp_bias)
+
+
+def num_moe_layers(model: ModelSpec) -> int:
+    """How many of the layers have an MoE MLP."""
+    return sum(1 for layer in range(model.num_layers) if model.is_moe_layer(layer))
+
+
+def mlp_params_per_layer(model: ModelSpec, layer_index: int) -> int:
+    """Parameters of the MLP of layer ``layer_index`` (0-based), not counting its pre-norm.
+
+    A dense layer gives :func:`dense_mlp_params`; an MoE layer gives all routed experts plus
+    the shared experts plus the router.
+    """
+    if not 0 <= layer_index < model.num_layers:
+        raise ValueError(f"layer_index {layer_index} out of range 0..{model.num_layers - 1}")
+    if not model.is_moe_layer(layer_index):
+        return dense_mlp_params(model)
+    assert model.moe is not None
+    return (
+        model.moe.num_experts * routed_expert_params(model)
+        + shared_expert_params(model)
+        + router_params(model)
+    )
+
+
+def active_mlp_params_per_layer(model: ModelSpec, layer_index: int) -> int:
+    """MLP parameters of layer ``layer_index`` that one token uses (top-k routed experts)."""
+    if not model.is_moe_layer(layer_index):
+        return mlp_params_per_layer(model, layer_index)
+    assert model.moe is not None
+    return (
+        model.moe.top_k * routed_expert_params(model)
+        + shared_expert_params(model)
+        + router_params(model)
+    )
+
+
+def embedding_params(model: ModelSpec) -> int:
+    """Input token embedding, plus ``seq_len * h`` for learned position embeddings."""
+    emb = model.vocab_size * model.hidden_size
+    if model.position_embedding == "learned":
+        emb += model.seq_len * model.hidden_size
+    return emb
+
+
+def output_params(model: ModelSpec) -> int:
+    """LM head ``h * vocab``; 0 when tied to the input embedding."""
+    return 0 if model.tied_embeddings else model.vocab_size * model.hidden_size
+
+
+def param_counts(model: ModelSpec) -> ParamCounts:
+    """Parameter counts of ``model`` by module, with the total and the per-token active count."""
+    n_moe = num_moe_layers(model)
+    n_dense = model.num_layers - n_moe
+    embedding = embedding_params(model)
+    output = output_params(model)
+    attention = model.num_layers * attention_params_per_layer(model)
+    mlp_dense = n_dense * dense_mlp_params(model)
+    moe_routed = 0
+    moe_active = 0
+    if model.moe is not None:
+        moe_routed = n_moe * model.moe.num_experts * routed_expert_params(model)
+        moe_active = n_moe * model.moe.top_k * routed_expert_params(model)
+    moe_shared = n_moe * shared_expert_params(model)
+    router = n_moe * router_params(model)
+    norms = (2 * model.num_layers + 1) * norm_params(model)
+    total = embedding + output + attention + mlp_dense + moe_routed + moe_shared + router + norms
+    return ParamCounts(
+        embedding=embedding,
+        output=output,
+        attention=attention,
+        mlp_dense=mlp_dense,
+        moe_routed=moe_routed,
+        moe_shared=moe_shared,
+        router=router,
+        norms=norms,
+        total=total,
+        active=total - moe_routed + moe_active,
+    )

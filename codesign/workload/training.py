@@ -1,0 +1,301 @@
+"""Training graph: bind layer templates to a plan, per virtual pipeline stage.
+
+Forward operators come from :mod:`codesign.workload.layers`; backward operators follow rules:
+a GEMM gives an input-gradient and a weight-gradient GEMM of equal FLOPs; attention backward
+counts twice the forward FLOPs; a memory-bound kernel moves twice its forward bytes; a
+collective runs its conjugate (all-gather <-> reduce-scatter; Megatron's f/g all-reduces swap).
+Recompute inserts forward operators (category ``recompute``) before the backward of a layer
+(full) or of its attention core (selective). ZeRO-3/FSDP adds per-layer parameter all-gathers
+and gradient reduce-scatters on the data-parallel group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from codesign.errors import InfeasiblePlan
+from codesign.specs.run import TrainingRun
+from codesign.workload import params as P
+from codesign.workload.dims import bind_dims, layer_structure, num_microbatches, plan_problems
+from codesign.workload.layers import embedding_template, head_template, layer_template
+from codesign.workload.ops import Category, Op, OpTemplate, evaluate
+
+OPT_BYTES_PER_PARAM = 4 + 4 + 4  # fp32 master weights + Adam m + Adam v
+#: HBM traffic of one Adam update per local parameter: read+write master, m, v (24 B),
+#: read the fp32 gradient (4 B), write the bf16 working copy (2 B)
+ADAM_BYTES_PER_PARAM = 30.0
+
+
+@dataclass(frozen=True)
+class ChunkGraph:
+    """Bound operators of one virtual pipeline stage for one micro-batch on one rank."""
+
+    virtual_stage: int
+    stage: int
+    chunk: int
+    layers: tuple[int, ...]
+    first: bool
+    last: bool
+    forward: tuple[Op, ...]
+    backward: tuple[Op, ...]  # recompute operators included, category 'recompute'
+    saved_bytes: float  # activations held per in-flight micro-batch, bytes
+    dense_params: float  # non-expert parameters held by the rank (after TP), unsharded by DP
+    expert_params: float  # expert parameters held by the rank (after EP and ETP)
+    layer_params: tuple[tuple[int, float, float], ...] = ()  # (layer, dense, expert); -1 =
+    # embedding / LM head
+
+    @property
+    def signature(self) -> tuple[object, ...]:
+        """Chunks with equal signatures have identical timings (layer indices aside)."""
+        n_moe = tuple(o.name for o in self.forward if o.layer >= 0)
+        return (len(self.layers), self.first, self.last, n_moe)
+
+
+@dataclass(frozen=True)
+class TrainingGraph:
+    """The bound training step of one plan: chunks indexed by virtual stage."""
+
+    run: TrainingRun
+    chunks: tuple[ChunkGraph, ...]
+    num_microbatches: int
+    tokens_per_step: float
+    model_flops_per_step: float  # forward + backward, no recompute (MFU numerator)
+    hardware_flops_per_step: float  # everything executed incl. recompute, all GPUs (HFU)
+
+    def stage_chunks(self, stage: int) -> list[ChunkGraph]:
+        return [c for c in self.chunks if c.stage == stage]
+
+
+def layer_assignment(num_layers: int, virtual_stages: int) -> list[tuple[int, ...]]:
+    """Split layers over virtual stages as evenly as possible; extra layers go to the middle
+    stages, which carry neither the embedding nor the LM head."""
+    base, extra = divmod(num_layers, virtual_stages)
+    counts = [base] * virtual_stages
+    order = sorted(range(virtual_stages), key=lambda v: (abs(v - (virtual_stages - 1) / 2), v))
+    for v in order[:extra]:
+        counts[v] += 1
+    out, start = [], 0
+    for c in counts:
+        out.append(tuple(range(start, start + c)))
+        start += c
+    return out
+
+
+def _bind(t: OpTemplate, env: Mapping[str, float], layer: int, precision: str) -> Op:
+    mnk = None
+    if t.mnk is not None:
+        mnk = (t.mnk[0].evaluate(env), t.mnk[1].evaluate(env), t.mnk[2].evaluate(env))
+    return Op(
+        name=t.name, kind=t.kind, category="forward", layer=layer,
+        flops=t.flops.evaluate(env), bytes=t.bytes.evaluate(env), mnk=mnk,
+        comm=t.comm, group=t.group, size=evaluate(t.size, env), overlap=t.overlap,
+        causal=t.causal, precision=precision if t.precision == "gemm" else "bf16",
+    )
+
+
+_SWAP = {"next": "prev", "prev": "next"}
+
+
+def backward_of(op: Op, template: OpTemplate) -> list[Op]:
+    """Backward operators of one bound forward operator (see module docstring)."""
+    if op.kind == "gemm":
+        assert op.mnk is not None
+        m, n, k = op.mnk
+        dgrad = replace(op, name=f"{op.name}.dgrad", category="backward", backward=True,
+                        mnk=(m, k, n))
+        if not template.weight_grad:
+            return [dgrad]
+        wgrad = replace(op, name=f"{op.name}.wgrad", category="backward", backward=True,
+                        mnk=(k, n, m))
+        return [dgrad, wgrad]
+    if op.kind == "attention":
+        return [replace(op, name=f"{op.name}.bwd", category="backward", backward=True,
+                        flops=2 * op.flops, bytes=2 * op.bytes)]
+    if op.kind == "memory":
+        return [replace(op, name=f"{op.name}.bwd", category="backward", backward=True,
+                        bytes=2 * op.bytes)]
+    kind = template.comm_bwd
+    if kind is None:
+        return []
+    return [replace(op, name=f"{op.name}.bwd", category="backward", backward=True, comm=kind,
+                    overlap=_SWAP.get(op.overlap, op.overlap))]  # type: ignore[arg-type]
+
+
+def _as(ops: Iterable[Op], category: Category) -> list[Op]:
+    return [replace(o, category=category) for o in ops]
+
+
+def _drop_trivial(ops: Iterable[Op], group_sizes: Mapping[str, int]) -> list[Op]:
+    """Drop collectives on groups of one rank and operators that do nothing."""
+    out = []
+    for o in ops:
+        if o.kind == "comm":
+            if group_sizes.get(o.group or "", 1) <= 1 or o.size <= 0:
+                continue
+        elif o.flops <= 0 and o.bytes <= 0:
+            continue
+        out.append(o)
+    return out
+
+
+def group_sizes(run: TrainingRun) -> dict[str, int]:
+    """Ranks per communication group name."""
+    p = run.parallel
+    dp = run.dp
+    return {"tp": p.tp, "cp": p.cp, "ep": p.ep, "dp": dp, "dp_cp": dp * p.cp,
+            "edp": dp // p.ep if dp % p.ep == 0 else 1,
+            "edp_cp": (dp // p.ep) * p.cp if dp % p.ep == 0 else 1,
+            "pp": p.pp, "world": run.num_gpus}
+
+
+def _layer_templates(run: TrainingRun, moe_layer: bool) -> tuple[OpTemplate, ...]:
+    return layer_template(layer_structure(run, moe_layer))  # cached per structure
+
+
+def build_training_graph(run: TrainingRun) -> TrainingGraph:
+    """Bind the model to the plan. Raises :class:`InfeasiblePlan` with every reason found."""
+    problems = plan_problems(run)
+    if problems:
+        raise InfeasiblePlan("; ".join(problems))
+    m, p = run.model, run.parallel
+    env = bind_dims(run)
+    sizes = group_sizes(run)
+    n_mb = num_microbatches(run)
+    prec = p.dtype
+    dense_grp = "dp_cp" if p.cp > 1 else "dp"
+    expert_grp = "edp_cp" if p.cp > 1 else "edp"
+    zero3 = p.sharding_stage == 3
+    attn_p = P.attention_params_per_layer(m) + 2 * P.norm_params(m)
+
+    # bind each distinct layer structure once; layers copy it with their own index
+    bound: dict[bool, tuple[list[Op], list[list[Op]], float]] = {}
+
+    def layer_ops(moe_layer: bool) -> tuple[list[Op], list[list[Op]], float]:
+        if moe_layer not in bound:
+            temps = _layer_templates(run, moe_layer)
+            fwd = [_bind(t, env, 0, prec) for t in temps]
+            bwd = [backward_of(o, t) for o, t in zip(fwd, temps, strict=True)]
+            saved = sum(t.saved.evaluate(env) for t in temps
+                        if not (p.recompute == "selective" and t.attn_core))
+            bound[moe_layer] = (fwd, bwd, saved)
+        return bound[moe_layer]
+
+    def layer_params(layer: int) -> tuple[float, float]:
+        """(dense, expert) parameters of one layer held per rank."""
+        if m.moe is not None and m.is_moe_layer(layer):
+            expert = m.moe.num_experts * P.routed_expert_params(m) / (p.ep * p.expert_tp)
+            other = (P.shared_expert_params(m) / p.tp + P.router_params(m))
+            return attn_p / p.tp + other, expert
+        return (attn_p + P.dense_mlp_params(m)) / p.tp, 0.0
+
+    assignment = layer_assignment(m.num_layers, p.pp * p.vpp)
+    chunks: list[ChunkGraph] = []
+    hw_flops = 0.0
+    for v, layers in enumerate(assignment):
+        first, last = v == 0, v == len(assignment) - 1
+        fwd: list[Op] = []
+        bwd_layers: list[list[Op]] = []
+        saved = 0.0
+        dense_params = expert_params = 0.0
+        lparams: list[tuple[int, float, float]] = []
+        if first:
+            temps = embedding_template(layer_structure(run, False))
+            e_ops = [_bind(t, env, -1, prec) for t in temps]
+            fwd += e_ops
+            bwd_layers.append([b for o, t in zip(e_ops, temps, strict=True)
+                               for b in backward_of(o, t)])
+            saved += sum(t.saved.evaluate(env) for t in temps)
+            dense_params += P.embedding_params(m) / p.tp
+            lparams.append((-1, P.embedding_params(m) / p.tp, 0.0))
+        for layer in layers:
+            moe_layer = m.is_moe_layer(layer)
+            lf, lb, lsaved = layer_ops(moe_layer)
+            l_fwd = [replace(o, layer=layer) for o in lf]
+            dparams, eparams = layer_params(layer)
+            dense_params += dparams
+            expert_params += eparams
+            lparams.append((layer, dparams, eparams))
+            pre: list[Op] = []
+            post: list[Op] = []
+            if zero3:
+                gathers = [Op(name="param_gather", kind="comm", category="forward",
+                              layer=layer, comm="all_gather", group=dense_grp,
+                              size=dparams * 2.0,
+                              overlap="prefetch" if p.overlap_param_gather else "none")]
+                if eparams:
+                    gathers.append(replace(gathers[0], name="expert_param_gather",
+                                           group=expert_grp, size=eparams * 2.0))
+                pre = gathers
+                post = [replace(g, name=g.name.replace("gather", "grad_reduce"),
+                                category="backward", backward=True, comm="reduce_scatter",
+                                overlap="async" if p.overlap_grad_reduce else "none")
+                        for g in gathers]
+            fwd += pre + l_fwd
+            # backward of this layer, in reverse operator order, with recompute
+            temps = _layer_templates(run, moe_layer)
+            body: list[Op] = []
+            if p.recompute == "full":
+                body += _as(l_fwd, "recompute")
+            for i in range(len(l_fwd) - 1, -1, -1):
+                if (p.recompute == "selective" and temps[i].attn_core
+                        and (i == 0 or not temps[i - 1].attn_core)):
+                    core = [o for o, t in zip(l_fwd, temps, strict=True) if t.attn_core]
+                    body += _as(core, "recompute")
+                body += [replace(o, layer=layer) for o in lb[i]]
+            pre_b = [replace(g, category="backward", backward=True) for g in pre]
+            bwd_layers.append(pre_b + body + post)
+            saved += (2.0 * env["Tsp"] * env["h"]) if p.recompute == "full" else lsaved
+        if last:
+            temps = head_template(layer_structure(run, False))
+            h_ops = [_bind(t, env, -1, prec) for t in temps]
+            fwd += h_ops
+            bwd_layers.append([b for o, t in reversed(list(zip(h_ops, temps, strict=True)))
+                               for b in backward_of(o, t)])
+            saved += sum(t.saved.evaluate(env) for t in temps)
+            head_params = P.output_params(m) / p.tp + P.norm_params(m)
+            dense_params += head_params
+            lparams.append((-1, head_params, 0.0))
+        bwd = [o for block in reversed(bwd_layers) for o in block]
+        fwd_k = _drop_trivial(fwd, sizes)
+        bwd_k = _drop_trivial(bwd, sizes)
+        hw_flops += sum(o.flops for o in fwd_k) + sum(o.flops for o in bwd_k)
+        chunks.append(ChunkGraph(
+            virtual_stage=v, stage=v % p.pp, chunk=v // p.pp, layers=layers, first=first,
+            last=last, forward=tuple(fwd_k), backward=tuple(bwd_k), saved_bytes=saved,
+            dense_params=dense_params, expert_params=expert_params,
+            layer_params=tuple(lparams)))
+
+    tokens = float(p.global_batch_size * run.seq_len)
+    ranks_per_replica = p.tp * p.cp  # ranks sharing one micro-batch within a stage
+    hw_total = hw_flops * n_mb * ranks_per_replica * run.dp
+    return TrainingGraph(
+        run=run, chunks=tuple(chunks), num_microbatches=n_mb, tokens_per_step=tokens,
+        model_flops_per_step=3.0 * model_flops_per_sequence_fwd(run) * p.global_batch_size,
+        hardware_flops_per_step=hw_total,
+    )
+
+
+def model_flops_per_sequence_fwd(run: TrainingRun) -> float:
+    """Forward FLOPs of one sequence, unsharded (GEMMs + attention, full s×s matrix).
+
+    Training model FLOPs per sequence are three times this (backward = 2 × forward).
+    """
+    m = run.model
+    env = bind_dims(run, unsharded=True)
+    total = 0.0
+    st_dense = layer_structure(run, False)
+    for temps in (embedding_template(st_dense), head_template(st_dense)):
+        total += sum(t.flops.evaluate(env) for t in temps)
+    per_kind: dict[bool, float] = {}
+    for layer in range(m.num_layers):
+        moe = m.is_moe_layer(layer)
+        if moe not in per_kind:
+            per_kind[moe] = sum(t.flops.evaluate(env) for t in _layer_templates(run, moe))
+        total += per_kind[moe]
+    return total
+
+
+def collect(ops: Sequence[Op], kind: str) -> list[Op]:
+    """Operators of one kind (helper for reports and tests)."""
+    return [o for o in ops if o.kind == kind]
