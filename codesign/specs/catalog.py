@@ -82,20 +82,19 @@ def catalog_entries(kind: CatalogKind) -> list[tuple[str, dict[str, Any]]]:
     return [(f, d) for f, d in _catalog_files(kind) if isinstance(d, dict)]
 
 
-def _looks_like_path(ref: str) -> bool:
-    return ref.endswith((".yaml", ".yml", ".json")) or "/" in ref or Path(ref).is_file()
+_KIND_NOUN = {"hardware": "gpu", "topologies": "topology", "workloads": "model"}
 
 
 def _lookup_raw(kind: CatalogKind, ref: str) -> tuple[str, Any]:
-    if _looks_like_path(ref):
-        path = Path(ref)
-        return str(path), read_data_file(path)
+    """A catalog entry by name/alias, else a file by path."""
     hit = _catalog_index(kind).get(_normalize(ref))
-    if hit is None:
-        allowed = ", ".join(catalog_names(kind))
-        raise SpecError(f"unknown {kind[:-1] if kind != 'hardware' else 'gpu'} '{ref}'; "
-                        f"allowed: {allowed} (or a file path)")
-    return f"{kind}/{hit[0]}", hit[1]
+    if hit is not None:
+        return f"{kind}/{hit[0]}", hit[1]
+    path = Path(ref)
+    if path.is_file() or ref.endswith((".yaml", ".yml", ".json")):
+        return str(path), read_data_file(path)
+    allowed = ", ".join(catalog_names(kind))
+    raise SpecError(f"unknown {_KIND_NOUN[kind]} '{ref}'; allowed: {allowed} (or a file path)")
 
 
 @lru_cache(maxsize=256)
@@ -131,6 +130,8 @@ def load_model(ref: str) -> ModelSpec:
     if origin.endswith(".json"):
         from codesign.specs.hf import model_from_hf_config
 
-        return model_from_hf_config(data, name=Path(origin).parent.name or Path(origin).stem,
-                                    origin=origin)
+        path = Path(origin)
+        # ".../Llama-3-8B/config.json" is named by its folder, "llama-3-8b.json" by its stem
+        name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+        return model_from_hf_config(data, name=name, origin=origin)
     return ModelSpec.parse(data, origin)

@@ -32,6 +32,8 @@ def plan_problems(run: TrainingRun) -> list[str]:
     if p.pp * p.vpp > m.num_layers:
         out.append(f"pp×vpp = {p.pp * p.vpp} exceeds num_layers {m.num_layers}")
     per_step = p.micro_batch_size * dp
+    if out:  # batch arithmetic on a wrong dp would only add noise
+        return out
     if p.global_batch_size % per_step:
         out.append(f"global_batch_size {p.global_batch_size} is not a multiple of "
                    f"micro_batch_size×dp = {per_step}")

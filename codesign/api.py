@@ -1,0 +1,124 @@
+"""Python API: build a run from catalog names and overrides, simulate it, get a report.
+
+>>> from codesign.api import simulate
+>>> r = simulate(model="gpt3-175b", gpu="h100", num_gpus=64, tp=8, pp=8, global_batch_size=64)
+>>> r.feasible
+True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from codesign.engine.training import simulate_step
+from codesign.errors import InfeasiblePlan, SpecError
+from codesign.hardware.compute import ComputeModel
+from codesign.network.model import NetworkModel
+from codesign.report.training import TrainingReport, breakdown_from_categories, gib
+from codesign.specs.base import Spec
+from codesign.specs.catalog import load_gpu, load_model, load_topology
+from codesign.specs.gpu import GpuSpec
+from codesign.specs.model import ModelSpec
+from codesign.specs.parallel import ParallelismSpec
+from codesign.specs.run import TrainingRun
+from codesign.specs.topology import FullFlatTopology, TwoTierTopology
+from codesign.workload.dims import plan_problems
+from codesign.workload.memory import memory_per_gpu
+from codesign.workload.training import build_training_graph
+
+#: the built-in default run: GPT-3 175B on 1,024 H100s in DGX-H100 nodes on a fat-tree
+DEFAULT_RUN: dict[str, Any] = {
+    "model": "gpt3-175b", "gpu": "h100", "num_gpus": 1024, "tp": 8, "pp": 8, "vpp": 3,
+    "micro_batch_size": 1, "global_batch_size": 1024, "sequence_parallel": True,
+}
+
+
+def build_run(model: str | ModelSpec = "gpt3-175b", gpu: str | GpuSpec = "h100",
+              topology: str | TwoTierTopology | FullFlatTopology | None = None,
+              num_gpus: int | None = None, **plan: Any) -> TrainingRun:
+    """A :class:`TrainingRun` from catalog names (or specs) and plan settings.
+
+    ``topology`` defaults to the GPU's usual system; ``num_gpus`` defaults to
+    ``tp × pp × cp × dp`` when ``dp`` is given, else to one pipeline replica.
+    """
+    m = load_model(model) if isinstance(model, str) else model
+    g = load_gpu(gpu) if isinstance(gpu, str) else gpu
+    t = load_topology(topology or g.default_topology) if not isinstance(
+        topology, (TwoTierTopology, FullFlatTopology)) else topology
+    par = ParallelismSpec.parse({k: v for k, v in plan.items() if v is not None},
+                                "plan")
+    if num_gpus is None:
+        num_gpus = par.tp * par.pp * par.cp * (par.dp or 1)
+    if num_gpus < 1:
+        raise SpecError(f"num_gpus must be >= 1, got {num_gpus}")
+    return TrainingRun(model=m, gpu=g, topology=t, parallel=par, num_gpus=num_gpus)
+
+
+def _plan_summary(run: TrainingRun) -> dict[str, Any]:
+    p = run.parallel
+    d = p.model_dump()
+    d.update(dp=run.dp, seq_len=run.seq_len, schedule=p.pipeline_schedule,
+             zero_stage=p.sharding_stage, etp=p.expert_tp,
+             placement_order=list(p.placement_order))
+    return d
+
+
+def simulate_run(run: TrainingRun) -> TrainingReport:
+    """Simulate one training step of ``run``. An infeasible plan gives ``feasible=False``
+    with the reason (never an exception)."""
+    base = {"model": run.model.name, "gpu": run.gpu.name, "topology": run.topology.name,
+            "num_gpus": run.num_gpus, "plan": _plan_summary(run),
+            "memory_capacity_gib": gib(run.gpu.hbm_capacity_GB * 1e9)}
+    problems = plan_problems(run)
+    if problems:
+        return TrainingReport(feasible=False, reason="; ".join(problems), **base)
+    try:
+        graph = build_training_graph(run)
+        network = NetworkModel.from_parallelism(run.topology, run.parallel, dp=run.dp)
+    except (InfeasiblePlan, ValueError) as exc:
+        return TrainingReport(feasible=False, reason=str(exc), **base)
+    p = run.parallel
+    dense_n = network.group_size("dp_cp" if p.cp > 1 else "dp")
+    expert_n = network.group_size("edp_cp" if p.cp > 1 else "edp")
+    mem = memory_per_gpu(graph, dense_n, expert_n)
+    mem_gib = {k: gib(v) for k, v in mem.by_category().items()}
+    mem_gib["total"] = gib(mem.total)
+    capacity = run.gpu.hbm_capacity_GB * 1e9
+    if mem.total > capacity:
+        return TrainingReport(
+            feasible=False, memory_gib=mem_gib,
+            reason=(f"out of memory: stage {mem.stage} needs {gib(mem.total):.1f} GiB per GPU "
+                    f"> {gib(capacity):.1f} GiB HBM (weights {mem_gib['weights']:.1f}, "
+                    f"gradients {mem_gib['gradients']:.1f}, optimizer "
+                    f"{mem_gib['optimizer']:.1f}, activations {mem_gib['activations']:.1f})"),
+            **base)
+    step = simulate_step(graph, ComputeModel(run.gpu), network)
+    t = step.step_time_s
+    peak = run.gpu.peak_flops(p.dtype) * run.num_gpus
+    return TrainingReport(
+        feasible=True, step_time_s=t,
+        mfu=graph.model_flops_per_step / (t * peak),
+        hfu=graph.hardware_flops_per_step / (t * peak),
+        tokens_per_s=graph.tokens_per_step / t,
+        tflops_per_gpu=graph.model_flops_per_step / t / run.num_gpus / 1e12,
+        hardware_tflops_per_gpu=graph.hardware_flops_per_step / t / run.num_gpus / 1e12,
+        tokens_per_step=graph.tokens_per_step, num_microbatches=graph.num_microbatches,
+        model_flops_per_step=graph.model_flops_per_step,
+        hardware_flops_per_step=graph.hardware_flops_per_step,
+        critical_stage=step.critical_stage, memory_gib=mem_gib,
+        breakdown_s=breakdown_from_categories(step.breakdown_s), **base)
+
+
+def simulate(run: TrainingRun | None = None, **kwargs: Any) -> TrainingReport:
+    """Simulate ``run``, or a run built by :func:`build_run` from ``kwargs``.
+
+    With no arguments at all, simulates :data:`DEFAULT_RUN`.
+    """
+    if run is None:
+        run = build_run(**(kwargs or DEFAULT_RUN))
+    elif kwargs:
+        raise TypeError("pass either a TrainingRun or keyword settings, not both")
+    return simulate_run(run)
+
+
+__all__ = ["DEFAULT_RUN", "Spec", "build_run", "simulate", "simulate_run"]

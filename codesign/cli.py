@@ -1,0 +1,214 @@
+"""Command-line interface (thin: parse, call the library, print).
+
+Exit codes: 0 success; 2 invalid input or infeasible plan (one-line message, no traceback);
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from codesign import __version__
+from codesign.errors import CodesignError, SpecError
+
+EXIT_INPUT = 2
+
+_PLAN_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
+    ("--tp", "tp", {"type": int, "help": "tensor-parallel size"}),
+    ("--pp", "pp", {"type": int, "help": "pipeline-parallel size"}),
+    ("--dp", "dp", {"type": int, "help": "data-parallel size (default: GPUs / (tp·pp·cp))"}),
+    ("--cp", "cp", {"type": int, "help": "context-parallel size"}),
+    ("--ep", "ep", {"type": int, "help": "expert-parallel size (MoE; divides dp)"}),
+    ("--etp", "etp", {"type": int, "help": "expert tensor-parallel size (1 or tp)"}),
+    ("--vpp", "vpp", {"type": int, "help": "virtual pipeline chunks per rank (interleaving)"}),
+    ("--schedule", "schedule", {"choices": ["gpipe", "1f1b", "interleaved"],
+                                "help": "pipeline schedule (default: interleaved if vpp>1)"}),
+    ("--micro-batch", "micro_batch_size", {"type": int, "help": "sequences per micro-batch"}),
+    ("--global-batch", "global_batch_size", {"type": int, "help": "sequences per step"}),
+    ("--seq-len", "seq_len", {"type": int, "help": "sequence length (default: model's)"}),
+    ("--recompute", "recompute", {"choices": ["none", "selective", "full"],
+                                  "help": "activation recompute"}),
+    ("--zero", "zero_stage", {"type": int, "choices": [0, 1, 2, 3],
+                              "help": "ZeRO stage (1 = distributed optimizer, 3 = FSDP)"}),
+    ("--dtype", "dtype", {"choices": ["bf16", "fp16", "fp8"], "help": "GEMM precision"}),
+    ("--placement", "placement_order", {
+        "help": "rank placement, innermost first, comma-separated (default tp,cp,ep,dp,pp)"}),
+    ("--collective-algorithm", "collective_algorithm", {
+        "choices": ["auto", "ring", "tree", "hierarchical", "in_network"],
+        "help": "collective algorithm (default auto: fastest available)"}),
+]
+_BOOL_FLAGS = [
+    ("sp", "sequence_parallel", "sequence parallelism (with tp)"),
+    ("fsdp", "fsdp", "FSDP full sharding (= ZeRO-3)"),
+    ("flash-attention", "flash_attention", "fused (flash) attention"),
+    ("overlap-grad-reduce", "overlap_grad_reduce", "overlap DP gradient reduction with backward"),
+    ("overlap-param-gather", "overlap_param_gather", "overlap parameter all-gathers with compute"),
+    ("tp-comm-overlap", "tp_comm_overlap", "overlap TP communication with GEMMs"),
+]
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="codesign",
+        description="Datacenter co-design simulator for LLM training: how fast does model M "
+                    "train on system S with plan P, and why?",
+        epilog="Examples:\n  codesign simulate\n  codesign simulate --model gpt3-175b --gpu h100 "
+               "--gpus 32768 --tp 8 --pp 8 --vpp 3 --global-batch 4096 --format json\n"
+               "  codesign list",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", action="version", version=f"codesign {__version__}")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+
+    sim = sub.add_parser(
+        "simulate", help="simulate one training step and report step time, MFU, memory",
+        description="Simulate one training step. With no arguments, runs the built-in default "
+                    "(GPT-3 175B, 1,024 H100s, DGX-H100 fat-tree, TP8 PP8 VPP3, SP, GBS 1024). "
+                    "Names come from the catalogs (codesign list) or are YAML/JSON file paths "
+                    "(a Hugging Face config.json works for --model).")
+    sim.add_argument("--run", metavar="FILE", help="YAML run file: model, gpu, topology, "
+                     "num_gpus, parallel (flags below override it)")
+    sim.add_argument("--model", help="model name or file (default gpt3-175b)")
+    sim.add_argument("--gpu", help="GPU name or file (default h100)")
+    sim.add_argument("--topology", help="topology name or file (default: the GPU's system)")
+    sim.add_argument("--gpus", type=int, dest="num_gpus", help="number of GPUs")
+    for flag, dest, kw in _PLAN_FLAGS:
+        sim.add_argument(flag, dest=dest, **kw)
+    for flag, dest, text in _BOOL_FLAGS:
+        sim.add_argument(f"--{flag}", dest=dest, action=argparse.BooleanOptionalAction,
+                         default=None, help=text)
+    sim.add_argument("--format", choices=["table", "json"], default="table")
+
+    ls = sub.add_parser("list", help="list catalog entries (GPUs, topologies, models)")
+    ls.add_argument("kind", nargs="?", choices=["gpus", "topologies", "models"],
+                    help="one catalog (default: all)")
+    return ap
+
+
+def _run_from_args(args: argparse.Namespace) -> Any:
+    from codesign.api import DEFAULT_RUN, build_run
+
+    plan: dict[str, Any] = {}
+    base: dict[str, Any] = {}
+    if args.run:
+        base, plan = _read_run_file(Path(args.run))
+    for _, dest, _kw in _PLAN_FLAGS:
+        v = getattr(args, dest)
+        if v is not None:
+            plan[dest] = tuple(x.strip() for x in v.split(",")) if dest == "placement_order" \
+                else v
+    for _, dest, _t in _BOOL_FLAGS:
+        v = getattr(args, dest)
+        if v is not None:
+            plan[dest] = v
+    for key in ("model", "gpu", "topology", "num_gpus"):
+        v = getattr(args, key)
+        if v is not None:
+            base[key] = v
+    if not args.run and not plan and not base:
+        return build_run(**DEFAULT_RUN)
+    if "num_gpus" not in base and not args.run and plan.get("dp") is None:
+        base["num_gpus"] = DEFAULT_RUN["num_gpus"] if "model" not in base else None
+    return build_run(**base, **plan)
+
+
+def _read_run_file(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    from codesign.specs.catalog import read_data_file
+
+    data = read_data_file(path)
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: a run file is a mapping with model, gpu, topology, "
+                        "num_gpus, parallel")
+    allowed = {"model", "gpu", "topology", "num_gpus", "parallel"}
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise SpecError(f"{path}: unknown field '{unknown[0]}'; allowed: {', '.join(sorted(allowed))}")
+    base = {k: data[k] for k in ("model", "gpu", "topology", "num_gpus") if k in data}
+    for key, parse in (("model", "ModelSpec"), ("gpu", "GpuSpec"), ("topology", "Topology")):
+        if isinstance(base.get(key), dict):
+            base[key] = _inline_spec(parse, base[key], f"{path}: {key}")
+    plan = data.get("parallel") or {}
+    if not isinstance(plan, dict):
+        raise SpecError(f"{path}: parallel must be a mapping of plan settings")
+    return base, dict(plan)
+
+
+def _inline_spec(kind: str, data: dict[str, Any], origin: str) -> Any:
+    from codesign.specs.catalog import parse_topology
+    from codesign.specs.gpu import GpuSpec
+    from codesign.specs.model import ModelSpec
+
+    if kind == "ModelSpec":
+        return ModelSpec.parse(data, origin)
+    if kind == "GpuSpec":
+        return GpuSpec.parse(data, origin)
+    return parse_topology(data, origin)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from codesign.api import simulate_run
+    from codesign.report import format_table
+
+    report = simulate_run(_run_from_args(args))
+    if args.format == "json":
+        print(json.dumps(report.to_dict(), indent=2))
+    elif report.feasible:
+        print(format_table(report))
+    if not report.feasible:
+        print(f"codesign: infeasible plan: {report.reason}", file=sys.stderr)
+        return EXIT_INPUT
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from codesign.specs.catalog import catalog_entries
+
+    kinds = {"gpus": "hardware", "topologies": "topologies", "models": "workloads"}
+    chosen = [args.kind] if args.kind else list(kinds)
+    for title in chosen:
+        print(f"{title}:")
+        for _, data in catalog_entries(kinds[title]):  # type: ignore[arg-type]
+            print(f"  {data.get('name', '?'):22s} {_describe(title, data)}")
+    return 0
+
+
+def _describe(kind: str, d: dict[str, Any]) -> str:
+    if kind == "gpus":
+        peaks = d.get("peak_tflops", {})
+        return (f"bf16 {peaks.get('bf16', '?')} TFLOP/s, {d.get('hbm_capacity_GB')} GB HBM at "
+                f"{d.get('hbm_bandwidth_TBps')} TB/s, system {d.get('default_topology')}")
+    if kind == "topologies":
+        if d.get("kind") == "fullflat":
+            return f"FullFlat, {d.get('bandwidth_GBps')} GB/s per GPU"
+        up, out = d.get("scale_up", {}), d.get("scale_out", {})
+        return (f"two-tier: {up.get('domain_size')}-GPU domain at {up.get('bandwidth_GBps')} "
+                f"GB/s, {out.get('nic_bandwidth_Gbps')} Gb/s NIC per GPU")
+    moe = d.get("moe")
+    kind_s = f"MoE {moe['num_experts']}x top-{moe['top_k']}" if moe else "dense"
+    return f"{d.get('published_params_B', '?')}B params, {d.get('num_layers')} layers, {kind_s}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        if args.command == "simulate":
+            return cmd_simulate(args)
+        return cmd_list(args)
+    except CodesignError as exc:
+        print(f"codesign: error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        print("codesign: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Training report: step time and its breakdown, MFU, HFU, throughput, memory per GPU.
+
+FLOP conventions (documented in the README):
+
+* **Model FLOPs** per step = 3 × forward FLOPs of every sequence, where forward FLOPs are the
+  GEMM FLOPs (2·m·n·k, including the LM head; embedding lookups count 0) plus attention
+  score and value products counted as the full s×s matrix (4·s²·h per layer for MHA),
+  i.e. 6·N + 12·l·s·h per token for a dense GPT (Narayanan et al. 2021; PaLM, Chowdhery et al.
+  2022, App. B). Recompute is not counted. MFU = model FLOPs / (step time × peak × GPUs),
+  with the dense peak of the plan's GEMM dtype.
+* **Hardware FLOPs** add what recompute executes again (and work replicated across TP ranks),
+  which for full recompute of a GPT equals Megatron's 96·B·s·l·h²·(1 + s/6h + V/16lh). HFU
+  uses them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from codesign.units import GiB
+
+BREAKDOWN_KEYS = ("forward", "backward", "recompute", "optimizer", "pipeline_bubble",
+                  "tp_comm", "cp_comm", "ep_comm", "dp_comm", "pp_comm")
+_CATEGORY_KEY = {"bubble": "pipeline_bubble", "comm:tp": "tp_comm", "comm:cp": "cp_comm",
+                 "comm:ep": "ep_comm", "comm:dp": "dp_comm", "comm:pp": "pp_comm"}
+MEMORY_KEYS = ("weights", "gradients", "optimizer", "activations", "comm_buffers")
+
+
+def breakdown_from_categories(parts: dict[str, float]) -> dict[str, float]:
+    """Engine categories -> report keys (every key present)."""
+    out = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
+    for cat, dt in parts.items():
+        key = _CATEGORY_KEY.get(cat, cat)
+        out[key] = out.get(key, 0.0) + dt
+    return out
+
+
+@dataclass(frozen=True)
+class TrainingReport:
+    """Result of one simulated training step. Immutable; ``to_dict`` gives the JSON shape."""
+
+    model: str
+    gpu: str
+    topology: str
+    num_gpus: int
+    plan: dict[str, Any]
+    feasible: bool
+    reason: str = ""
+    step_time_s: float | None = None
+    mfu: float | None = None
+    hfu: float | None = None
+    tokens_per_s: float | None = None
+    tflops_per_gpu: float | None = None  # model FLOPs per second per GPU, TFLOP/s
+    hardware_tflops_per_gpu: float | None = None
+    tokens_per_step: float | None = None
+    num_microbatches: int | None = None
+    model_flops_per_step: float | None = None
+    hardware_flops_per_step: float | None = None
+    critical_stage: int | None = None
+    memory_gib: dict[str, float] = field(default_factory=dict)
+    memory_capacity_gib: float | None = None
+    breakdown_s: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _fmt_s(x: float) -> str:
+    return f"{x * 1e3:10.2f} ms" if x < 10 else f"{x:10.3f} s "
+
+
+def format_table(r: TrainingReport) -> str:
+    """Human-readable report."""
+    p = r.plan
+    head = (f"{r.model} on {r.num_gpus} × {r.gpu} ({r.topology})\n"
+            f"plan: tp={p['tp']} pp={p['pp']} dp={p['dp']} cp={p['cp']} ep={p['ep']} "
+            f"vpp={p['vpp']} schedule={p['schedule']} micro_batch={p['micro_batch_size']} "
+            f"global_batch={p['global_batch_size']} seq={p['seq_len']} "
+            f"sp={'on' if p['sequence_parallel'] else 'off'} recompute={p['recompute']} "
+            f"zero={p['zero_stage']} dtype={p['dtype']}")
+    if not r.feasible:
+        return f"{head}\nINFEASIBLE: {r.reason}"
+    assert r.step_time_s is not None and r.mfu is not None and r.hfu is not None
+    lines = [head, "",
+             f"  step time          {r.step_time_s:12.4f} s",
+             f"  MFU                {r.mfu * 100:12.2f} %",
+             f"  HFU                {r.hfu * 100:12.2f} %",
+             f"  model TFLOP/s/GPU  {r.tflops_per_gpu:12.1f}",
+             f"  tokens/s           {r.tokens_per_s:12.4g}",
+             f"  micro-batches      {r.num_microbatches:12d}  (per pipeline, per step)",
+             "", f"  step-time breakdown (critical stage {r.critical_stage}):"]
+    for k in BREAKDOWN_KEYS:
+        v = r.breakdown_s.get(k, 0.0)
+        share = v / r.step_time_s * 100 if r.step_time_s else 0.0
+        lines.append(f"    {k:18s} {_fmt_s(v)}  {share:5.1f} %")
+    lines += ["", f"  memory per GPU (GiB, most loaded stage; capacity "
+                  f"{r.memory_capacity_gib:.1f}):"]
+    for k in (*MEMORY_KEYS, "total"):
+        lines.append(f"    {k:18s} {r.memory_gib.get(k, 0.0):10.2f}")
+    return "\n".join(lines)
+
+
+def gib(x: float) -> float:
+    return x / GiB

@@ -1,0 +1,76 @@
+"""Memory per GPU: weights, gradients, optimizer states, activations, communication buffers.
+
+Conventions (Megatron-LM mixed precision with Adam): bf16 working weights (2 B/param), fp32
+main gradients (4 B/param), fp32 master weights + Adam m + v (12 B/param). ZeRO-1 shards the
+optimizer states over the data-parallel group, ZeRO-2 also the gradients, ZeRO-3/FSDP also the
+weights (plus gathered buffers for two layers in flight). Activations: the bytes each layer
+saves for backward (from the layer templates: Korthikanti et al. 2022's 34·sbh + 5·as²b for
+an unfused GPT layer) times the micro-batches in flight under the pipeline schedule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from codesign.workload.schedules import max_in_flight, schedule
+from codesign.workload.training import OPT_BYTES_PER_PARAM, TrainingGraph
+
+WEIGHT_BYTES = 2.0
+GRAD_BYTES = 4.0
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes per GPU on the most loaded pipeline stage."""
+
+    stage: int
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    comm_buffers: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer + self.activations + \
+            self.comm_buffers
+
+    def by_category(self) -> dict[str, float]:
+        return {"weights": self.weights, "gradients": self.gradients,
+                "optimizer": self.optimizer, "activations": self.activations,
+                "comm_buffers": self.comm_buffers}
+
+
+def stage_memory(graph: TrainingGraph, stage: int, dense_n: int, expert_n: int) -> MemoryEstimate:
+    """Memory of one pipeline stage's ranks. ``dense_n``/``expert_n``: sizes of the groups that
+    shard dense and expert states under ZeRO."""
+    p = graph.run.parallel
+    zero = p.sharding_stage
+    chunks = graph.stage_chunks(stage)
+    dense = sum(c.dense_params for c in chunks)
+    expert = sum(c.expert_params for c in chunks)
+
+    def sharded(stage_min: int) -> float:
+        if zero >= stage_min:
+            return dense / dense_n + expert / expert_n
+        return dense + expert
+
+    weights = sharded(3) * WEIGHT_BYTES
+    if zero >= 3:  # gathered layers in flight: the current one and the prefetched one
+        largest = max((d + e for c in chunks for _, d, e in c.layer_params), default=0.0)
+        weights += 2 * largest * WEIGHT_BYTES
+    gradients = sharded(2) * GRAD_BYTES
+    optimizer = sharded(1) * OPT_BYTES_PER_PARAM
+
+    order = schedule(p.pipeline_schedule, p.pp, p.vpp, graph.num_microbatches)[stage]
+    saved = {c.chunk: c.saved_bytes for c in chunks}
+    activations = max_in_flight(order, saved)
+    payloads = [o.size for c in chunks for o in (*c.forward, *c.backward) if o.kind == "comm"]
+    comm_buffers = 2.0 * max(payloads, default=0.0)
+    return MemoryEstimate(stage, weights, gradients, optimizer, activations, comm_buffers)
+
+
+def memory_per_gpu(graph: TrainingGraph, dense_n: int, expert_n: int) -> MemoryEstimate:
+    """The stage with the largest footprint (it decides whether the plan fits)."""
+    stages = [stage_memory(graph, s, dense_n, expert_n) for s in range(graph.run.parallel.pp)]
+    return max(stages, key=lambda m: (m.total, -m.stage))
