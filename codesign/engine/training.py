@@ -86,14 +86,19 @@ class _Builder:
         return tasks, ids
 
 
-def simulate_step(graph: TrainingGraph, compute: ComputeModel,
-                  network: NetworkModel) -> StepResult:
-    """Run one training step of ``graph`` and attribute the critical stage's time."""
+def simulate_step(graph: TrainingGraph, compute: ComputeModel, network: NetworkModel,
+                  timings: dict[tuple[int, str], ChunkTiming] | None = None) -> StepResult:
+    """Run one training step of ``graph`` and attribute the critical stage's time.
+
+    ``timings`` (per virtual stage and phase ``"F"``/``"B"``) replaces the simulated chunk
+    passes, e.g. to check schedules against hand-computed timelines.
+    """
     run = graph.run
     p = run.parallel
     pp, vpp = p.pp, p.vpp
     n_v = pp * vpp
-    timings = time_chunks(graph, compute, network)
+    if timings is None:
+        timings = time_chunks(graph, compute, network)
     by_v = {c.virtual_stage: c for c in graph.chunks}
     zero = p.sharding_stage
     dense_grp = "dp_cp" if p.cp > 1 else "dp"

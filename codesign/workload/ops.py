@@ -67,6 +67,12 @@ class OpTemplate:
     weight_grad: bool = True  # GEMM has a weight-gradient GEMM in backward
     precision: Literal["gemm", "bf16"] = "gemm"  # 'gemm' = the plan's GEMM dtype
 
+    def __post_init__(self) -> None:
+        for name in ("flops", "bytes", "saved"):  # numbers are accepted as constants
+            object.__setattr__(self, name, lift(getattr(self, name)))
+        if self.size is not None:
+            object.__setattr__(self, "size", lift(self.size))
+
 
 def gemm(name: str, m: ExprLike, n: ExprLike, k: ExprLike, saved: ExprLike, e_in: ExprLike,
          e_out: ExprLike, weight_grad: bool = True) -> OpTemplate:

@@ -1,0 +1,176 @@
+"""Engine: executor semantics, schedule orders, and hand-computed pipeline timelines."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import tiny_run
+
+from codesign.engine.chunk import ChunkTiming, op_tasks, time_chunk
+from codesign.engine.executor import ScheduleDeadlock, Task, attribute, execute
+from codesign.engine.training import simulate_step
+from codesign.hardware.compute import ComputeModel
+from codesign.network.model import NetworkModel
+from codesign.workload.ops import Op
+from codesign.workload.schedules import interleaved, max_in_flight, one_f_one_b, schedule
+from codesign.workload.training import build_training_graph
+
+# --- executor ---------------------------------------------------------------------------
+
+
+def test_streams_run_in_order_and_wait_for_dependencies() -> None:
+    tasks = [
+        Task(0, "a", 1.0, name="a0", category="forward"),
+        Task(1, "b", 2.0, name="b0", category="comm:tp"),
+        Task(2, "a", 1.0, deps=(1,), name="a1", category="forward"),
+        Task(3, "a", 0.5, name="a2", category="backward"),
+    ]
+    tl = execute(tasks)
+    assert tl.start == (0.0, 0.0, 2.0, 3.0)
+    assert tl.end == (1.0, 2.0, 3.0, 3.5)
+    assert tl.binding[2] == 1 and tl.binding[3] == -1
+    parts = attribute(tl, "a")
+    assert parts == pytest.approx({"forward": 2.0, "comm:tp": 1.0, "backward": 0.5})
+    assert sum(parts.values()) == pytest.approx(tl.makespan)
+
+
+def test_start_after_releases_relative_to_a_task_start() -> None:
+    tasks = [Task(0, "a", 10.0, name="long"),
+             Task(1, "b", 1.0, start_after=((0, 4.0),), name="bucket", category="comm:dp")]
+    tl = execute(tasks)
+    assert tl.start[1] == 4.0 and tl.end[1] == 5.0
+
+
+def test_gap_behind_other_compute_is_bubble_and_comm_is_exposed_comm() -> None:
+    tasks = [Task(0, "s0", 3.0, category="forward"),
+             Task(1, "s0-send", 1.0, deps=(0,), category="comm:pp"),
+             Task(2, "s1", 2.0, deps=(1,), category="forward")]
+    tl = execute(tasks)
+    parts = attribute(tl, "s1")
+    assert parts == pytest.approx({"bubble": 3.0, "comm:pp": 1.0, "forward": 2.0})
+
+
+def test_cycle_is_reported() -> None:
+    with pytest.raises(ScheduleDeadlock):
+        execute([Task(0, "a", 1.0, deps=(1,)), Task(1, "b", 1.0, deps=(0,))])
+
+
+# --- overlap rules inside a chunk ---------------------------------------------------------
+
+
+def _op(name: str, kind: str = "memory", **kw: object) -> Op:
+    return Op(name=name, kind=kind, category="forward", layer=0, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("overlap", "expected"), [
+    ("none", 1 + 4 + 2 + 3),    # blocking: compute waits for the collective
+    ("next", 1 + 4 + 3),        # runs with the next GEMM (2) and finishes before op 3
+    ("prev", 4 + 2 + 3),        # starts with the previous op (1), finishes at 4
+    ("prefetch", 4 + 2 + 3),    # waits for nothing, next op waits for it
+    ("async", 1 + 2 + 3),       # nothing waits (only the makespan sees it)
+])
+def test_collective_overlap_rules(overlap: str, expected: float) -> None:
+    durations = {"c1": 1.0, "c2": 2.0, "c3": 3.0, "ar": 4.0}
+    ops = [_op("c1"), _op("ar", "comm", group="tp", overlap=overlap), _op("c2"), _op("c3")]
+    timing = time_chunk(ops, lambda o: durations[o.name], lambda o: durations[o.name])
+    assert timing.compute_time == pytest.approx(expected)
+    assert sum(dt for _, dt in timing.breakdown) == pytest.approx(timing.compute_time)
+    if overlap == "async":  # runs 1..5 beside c2 and c3, finishing before them: no tail
+        assert timing.makespan == pytest.approx(6.0)
+        assert timing.tail == ()
+
+
+def test_op_tasks_put_collectives_on_their_group_stream() -> None:
+    ops = [_op("a"), _op("x", "comm", group="dp_cp"), _op("y", "comm", group="ep")]
+    streams = [t.stream for t in op_tasks(ops, lambda o: 1.0, lambda o: 1.0)]
+    assert streams == ["compute", "dp", "ep"]
+
+
+# --- schedules -----------------------------------------------------------------------------
+
+
+def test_1f1b_order_two_stages() -> None:
+    s0, s1 = one_f_one_b(2, 4)
+    assert s0 == [("F", 0, 0), ("F", 1, 0), ("B", 0, 0), ("F", 2, 0), ("B", 1, 0),
+                  ("F", 3, 0), ("B", 2, 0), ("B", 3, 0)]
+    assert s1 == [("F", 0, 0), ("B", 0, 0), ("F", 1, 0), ("B", 1, 0), ("F", 2, 0),
+                  ("B", 2, 0), ("F", 3, 0), ("B", 3, 0)]
+
+
+def test_interleaved_order_matches_megatron() -> None:
+    # pp=2, vpp=2, 4 micro-batches; stage 0 warm-up = 2*(2-0-1) + (2-1)*2 = 4 forwards
+    s0 = interleaved(2, 2, 4)[0]
+    assert s0[:4] == [("F", 0, 0), ("F", 1, 0), ("F", 0, 1), ("F", 1, 1)]
+    assert s0[4:6] == [("F", 2, 0), ("B", 0, 1)]
+    assert sorted(s0) == sorted([(ph, m, c) for ph in "FB" for m in range(4) for c in range(2)])
+    with pytest.raises(ValueError):
+        interleaved(2, 2, 3)
+
+
+def test_in_flight_micro_batches() -> None:
+    # 1F1B stage 0 holds pp micro-batches; GPipe holds all of them
+    assert max_in_flight(one_f_one_b(4, 8)[0], {0: 1.0}) == 4
+    assert max_in_flight(schedule("gpipe", 4, 1, 8)[0], {0: 1.0}) == 8
+    assert max_in_flight(one_f_one_b(4, 8)[3], {0: 1.0}) == 1
+
+
+# --- hand-computed pipeline timelines --------------------------------------------------------
+
+F, B = 1.0, 2.0
+# (start, end) of each pass on each stage, 2 stages, 4 micro-batches, no communication time
+GPIPE = {
+    0: {("F", 0): (0, 1), ("F", 1): (1, 2), ("F", 2): (2, 3), ("F", 3): (3, 4),
+        ("B", 0): (7, 9), ("B", 1): (9, 11), ("B", 2): (11, 13), ("B", 3): (13, 15)},
+    1: {("F", 0): (1, 2), ("F", 1): (2, 3), ("F", 2): (3, 4), ("F", 3): (4, 5),
+        ("B", 0): (5, 7), ("B", 1): (7, 9), ("B", 2): (9, 11), ("B", 3): (11, 13)},
+}
+ONE_F_ONE_B = {
+    0: {("F", 0): (0, 1), ("F", 1): (1, 2), ("B", 0): (4, 6), ("F", 2): (6, 7),
+        ("B", 1): (7, 9), ("F", 3): (9, 10), ("B", 2): (10, 12), ("B", 3): (13, 15)},
+    1: {("F", 0): (1, 2), ("B", 0): (2, 4), ("F", 1): (4, 5), ("B", 1): (5, 7),
+        ("F", 2): (7, 8), ("B", 2): (8, 10), ("F", 3): (10, 11), ("B", 3): (11, 13)},
+}
+
+
+def _fixed(duration: float, phase: str) -> ChunkTiming:
+    cat = "forward" if phase == "F" else "backward"
+    return ChunkTiming(compute_time=duration, makespan=duration, breakdown=((cat, duration),),
+                       layer_done=(), tail=(), timeline=execute([]))
+
+
+@pytest.mark.parametrize(("kind", "expected"), [("gpipe", GPIPE), ("1f1b", ONE_F_ONE_B)])
+def test_pipeline_timeline_matches_hand_computation(kind: str, expected: dict) -> None:
+    run = tiny_run(num_gpus=2, pp=2, schedule=kind, global_batch_size=4, zero_stage=0)
+    graph = build_training_graph(run)
+    assert graph.num_microbatches == 4
+    timings = {(v, ph): _fixed(F if ph == "F" else B, ph) for v in range(2) for ph in "FB"}
+    net = NetworkModel.from_parallelism(run.topology, run.parallel, dp=run.dp)
+    result = simulate_step(graph, ComputeModel(run.gpu), net, timings=timings)
+    tl = result.timeline
+    got: dict[int, dict[tuple[str, int], tuple[float, float]]] = {0: {}, 1: {}}
+    for t in tl.tasks:
+        if t.name[0] in "FB" and t.stream.endswith("/compute"):
+            stage = int(t.stream[1])
+            got[stage][(t.name[0], int(t.name[1:].split(".")[0]))] = (tl.start[t.id],
+                                                                      tl.end[t.id])
+    for stage in (0, 1):
+        assert set(got[stage]) == set(expected[stage])
+        for key, (s, e) in expected[stage].items():
+            assert got[stage][key] == pytest.approx((s, e), abs=1e-9), (stage, key)
+    # makespan: (m + p - 1)(F + B) for both schedules, plus stage 0's optimizer
+    opt = [t for t in tl.tasks if t.name == "optimizer" and t.stream == "s0/compute"][0]
+    assert tl.start[opt.id] == pytest.approx(15.0)
+    assert result.step_time_s == pytest.approx(15.0 + opt.duration)
+    bd = result.breakdown_s
+    assert sum(bd.values()) == pytest.approx(result.step_time_s)
+    assert bd["forward"] == pytest.approx(4 * F) and bd["backward"] == pytest.approx(4 * B)
+    assert bd["bubble"] == pytest.approx(15.0 - 12.0, abs=1e-6)
+
+
+def test_symmetric_cost_does_not_grow_with_gpu_count() -> None:
+    small = tiny_run(num_gpus=8, pp=2, global_batch_size=64)
+    big = tiny_run(num_gpus=8 * 4096, pp=2, global_batch_size=64 * 4096)
+    for run in (small, big):
+        graph = build_training_graph(run)
+        net = NetworkModel.from_parallelism(run.topology, run.parallel, dp=run.dp)
+        res = simulate_step(graph, ComputeModel(run.gpu), net)
+        assert len(res.timeline.tasks) < 200
