@@ -43,10 +43,12 @@ def build_run(model: str | ModelSpec = "gpt3-175b", gpu: str | GpuSpec = "h100",
     """
     m = load_model(model) if isinstance(model, str) else model
     g = load_gpu(gpu) if isinstance(gpu, str) else gpu
-    t = load_topology(topology or g.default_topology) if not isinstance(
-        topology, (TwoTierTopology, FullFlatTopology)) else topology
-    par = ParallelismSpec.parse({k: v for k, v in plan.items() if v is not None},
-                                "plan")
+    if isinstance(topology, (TwoTierTopology, FullFlatTopology)):
+        t = topology
+    else:
+        t = load_topology(topology or g.default_topology)
+    settings = {k: v for k, v in plan.items() if v is not None}
+    par = ParallelismSpec.parse(settings, "plan")
     if num_gpus is None:
         num_gpus = par.tp * par.pp * par.cp * (par.dp or 1)
     if num_gpus < 1:
@@ -66,7 +68,8 @@ def _plan_summary(run: TrainingRun) -> dict[str, Any]:
 def simulate_run(run: TrainingRun) -> TrainingReport:
     """Simulate one training step of ``run``. An infeasible plan gives ``feasible=False``
     with the reason (never an exception)."""
-    base = {"model": run.model.name, "gpu": run.gpu.name, "topology": run.topology.name,
+    base: dict[str, Any] = {
+            "model": run.model.name, "gpu": run.gpu.name, "topology": run.topology.name,
             "num_gpus": run.num_gpus, "plan": _plan_summary(run),
             "memory_capacity_gib": gib(run.gpu.hbm_capacity_GB * 1e9)}
     problems = plan_problems(run)

@@ -126,7 +126,8 @@ def _read_run_file(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     allowed = {"model", "gpu", "topology", "num_gpus", "parallel"}
     unknown = sorted(set(data) - allowed)
     if unknown:
-        raise SpecError(f"{path}: unknown field '{unknown[0]}'; allowed: {', '.join(sorted(allowed))}")
+        names = ", ".join(sorted(allowed))
+        raise SpecError(f"{path}: unknown field '{unknown[0]}'; allowed: {names}")
     base = {k: data[k] for k in ("model", "gpu", "topology", "num_gpus") if k in data}
     for key, parse in (("model", "ModelSpec"), ("gpu", "GpuSpec"), ("topology", "Topology")):
         if isinstance(base.get(key), dict):
@@ -189,7 +190,9 @@ def _describe(kind: str, d: dict[str, Any]) -> str:
                 f"GB/s, {out.get('nic_bandwidth_Gbps')} Gb/s NIC per GPU")
     moe = d.get("moe")
     kind_s = f"MoE {moe['num_experts']}x top-{moe['top_k']}" if moe else "dense"
-    return f"{d.get('published_params_B', '?')}B params, {d.get('num_layers')} layers, {kind_s}"
+    params = d.get("published_params_B")
+    size = f"{params:.4g}B params" if isinstance(params, (int, float)) else "? params"
+    return f"{size}, {d.get('num_layers')} layers, {kind_s}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -208,6 +211,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("codesign: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into e.g. `head`: not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -157,7 +157,7 @@ def test_pipeline_timeline_matches_hand_computation(kind: str, expected: dict) -
         for key, (s, e) in expected[stage].items():
             assert got[stage][key] == pytest.approx((s, e), abs=1e-9), (stage, key)
     # makespan: (m + p - 1)(F + B) for both schedules, plus stage 0's optimizer
-    opt = [t for t in tl.tasks if t.name == "optimizer" and t.stream == "s0/compute"][0]
+    opt = next(t for t in tl.tasks if t.name == "optimizer" and t.stream == "s0/compute")
     assert tl.start[opt.id] == pytest.approx(15.0)
     assert result.step_time_s == pytest.approx(15.0 + opt.duration)
     bd = result.breakdown_s

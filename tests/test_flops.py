@@ -20,17 +20,17 @@ def _gpt3(**plan: object):  # type: ignore[no-untyped-def]
 
 def test_gpt3_model_flops_equal_6n_plus_attention() -> None:
     run = _gpt3()
-    l, h = 96, 12288
+    n_layers, h = 96, 12288
     n = P.param_counts(run.model).total
-    closed = (6 * n + 12 * l * S * h) * B * S  # PaLM/Narayanan: 6N + 12·l·s·h per token
+    closed = (6 * n + 12 * n_layers * S * h) * B * S  # PaLM/Narayanan: 6N + 12·l·s·h per token
     graph = build_training_graph(run)
     assert graph.model_flops_per_step == pytest.approx(closed, rel=0.005)
 
 
 def test_gpt3_full_recompute_hardware_flops_equal_megatron_formula() -> None:
     run = _gpt3(recompute="full")
-    l, h, v = 96, 12288, 50257
-    megatron = 96 * B * S * l * h**2 * (1 + S / (6 * h) + v / (16 * l * h))
+    n_layers, h, v = 96, 12288, 50257
+    megatron = 96 * B * S * n_layers * h**2 * (1 + S / (6 * h) + v / (16 * n_layers * h))
     graph = build_training_graph(run)
     assert graph.hardware_flops_per_step == pytest.approx(megatron, rel=0.005)
 
@@ -41,10 +41,10 @@ def test_no_recompute_hardware_flops_equal_model_flops() -> None:
 
 
 def test_selective_recompute_adds_one_attention_forward() -> None:
-    l, h = 96, 12288
+    n_layers, h = 96, 12288
     base = build_training_graph(_gpt3()).hardware_flops_per_step
     sel = build_training_graph(_gpt3(recompute="selective")).hardware_flops_per_step
-    attention_fwd = 4 * S * S * h * l * B  # QK^T and AV, full matrix, every layer
+    attention_fwd = 4 * S * S * h * n_layers * B  # QK^T and AV, full matrix, every layer
     assert sel - base == pytest.approx(attention_fwd, rel=1e-9)
 
 

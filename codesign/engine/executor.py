@@ -9,6 +9,7 @@ backward pass). The result is an immutable :class:`Timeline`; nothing here does 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -108,7 +109,7 @@ def execute(tasks: Sequence[Task]) -> Timeline:
 
     queue_prev = [-1] * n
     for queue in streams.values():
-        for a, b in zip(queue, queue[1:], strict=False):
+        for a, b in itertools.pairwise(queue):
             queue_prev[b.id] = a.id
     for queue in streams.values():
         env.process(run_stream(queue))

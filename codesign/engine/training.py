@@ -206,11 +206,11 @@ def simulate_step(graph: TrainingGraph, compute: ComputeModel, network: NetworkM
     step = tl.makespan
     stage_end = [0.0] * pp
     busy = [0.0] * pp
-    for t in tasks:
-        s = int(t.stream[1:].split("/")[0])
-        stage_end[s] = max(stage_end[s], tl.end[t.id])
-        if t.stream.endswith("/compute"):
-            busy[s] += t.duration
+    for task in tasks:
+        s = int(task.stream[1:].split("/")[0])
+        stage_end[s] = max(stage_end[s], tl.end[task.id])
+        if task.stream.endswith("/compute"):
+            busy[s] += task.duration
     crit = max(range(pp), key=lambda s: (stage_end[s], s))
     parts = attribute(tl, f"s{crit}/compute", step)
     return StepResult(step_time_s=step, breakdown_s=parts, critical_stage=crit,

@@ -59,9 +59,9 @@ class GpuSpec(Spec):
         """Dense peak in FLOP/s for ``dtype``; fp16 and bf16 stand in for each other."""
         table = self.peak_tflops
         if dtype in table:
-            return table[dtype] * 1e12  # type: ignore[index]
+            return table[dtype] * 1e12
         fallback = {"bf16": "fp16", "fp16": "bf16"}.get(dtype)
         if fallback and fallback in table:
-            return table[fallback] * 1e12  # type: ignore[index]
+            return table[fallback] * 1e12
         allowed = ", ".join(sorted(table))
         raise KeyError(f"GPU '{self.name}' has no {dtype} peak (has: {allowed})")

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from codesign.workload.ops import OpTemplate, comm, gemm, memory
-from codesign.workload.symbolic import Sym, syms
+from codesign.workload.symbolic import Sym, lift, syms
 
 T, Tsp, S, b, h, e, eg = syms("T Tsp S b h e eg")
 a_t, g_t, d, f_t, gm, V_t = syms("a_t g_t d f_t gm V_t")
@@ -109,13 +109,13 @@ def attention_block(st: LayerStructure) -> list[OpTemplate]:
         half = attn_flops / 2
         ops += [
             OpTemplate(name="attn_scores", kind="attention", flops=half,
-                       bytes=q_bytes + kv_bytes / 2 + scores * e, saved=0,
+                       bytes=q_bytes + kv_bytes / 2 + scores * e, saved=lift(0),
                        attn_core=True, precision="bf16"),
             # softmax output (2 B), dropout mask (1 B) and dropout output (2 B) per score
             memory("softmax_dropout", 4 * scores * e, saved=5 * scores * e / 2,
                    attn_core=True),
             OpTemplate(name="attn_values", kind="attention", flops=half,
-                       bytes=scores * e + kv_bytes / 2 + T * o_dim * e, saved=0,
+                       bytes=scores * e + kv_bytes / 2 + T * o_dim * e, saved=lift(0),
                        attn_core=True, precision="bf16"),
         ]
     ops += [gemm("out_proj", T, h, o_dim, saved=T * o_dim * e, e_in=eg, e_out=e),

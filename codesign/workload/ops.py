@@ -53,7 +53,7 @@ class OpTemplate:
 
     name: str
     kind: OpKind
-    flops: Expr
+    flops: Expr  # numbers are lifted to constants in __post_init__
     bytes: Expr
     saved: Expr
     mnk: tuple[Expr, Expr, Expr] | None = None

@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Union
 
-Number = Union[int, float]
+Number = int | float
 ExprLike = Union["Expr", int, float]
 
 _PREC = {"+": 1, "-": 1, "*": 2, "/": 2}
