@@ -79,6 +79,17 @@ def test_collective_overlap_rules(overlap: str, expected: float) -> None:
         assert timing.tail == ()
 
 
+def test_back_to_back_blocking_collectives_are_serialized() -> None:
+    # EP dispatch (ep stream) feeds the expert-TP all-gather (tp stream): 1 + 2 + 3 + 1
+    ops = [_op("c1"), _op("dispatch", "comm", group="ep"), _op("gather", "comm", group="tp"),
+           _op("c2")]
+    durations = {"c1": 1.0, "dispatch": 2.0, "gather": 3.0, "c2": 1.0}
+    timing = time_chunk(ops, lambda o: durations[o.name], lambda o: durations[o.name])
+    assert timing.compute_time == pytest.approx(7.0)
+    assert dict(timing.breakdown) == pytest.approx({"forward": 2.0, "comm:ep": 2.0,
+                                                    "comm:tp": 3.0})
+
+
 def test_op_tasks_put_collectives_on_their_group_stream() -> None:
     ops = [_op("a"), _op("x", "comm", group="dp_cp"), _op("y", "comm", group="ep")]
     streams = [t.stream for t in op_tasks(ops, lambda o: 1.0, lambda o: 1.0)]

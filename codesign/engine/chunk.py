@@ -63,8 +63,8 @@ def op_tasks(ops: Sequence[Op], compute_time: Callable[[Op], float],
             pending.append(tid)
         elif op.overlap == "async":
             deps = (prev,) if prev >= 0 else ()
-        else:
-            deps = (prev,) if prev >= 0 else ()
+        else:  # blocking: also after blocking collectives it consumes (dispatch -> gather)
+            deps = ((prev,) if prev >= 0 else ()) + tuple(pending)
             pending.append(tid)
         tasks.append(Task(tid, COMM_KIND.get(op.group or "", "dp"), dur, deps, op.name,
                           comm_category(op.group), meta=(("layer", op.layer),)))
