@@ -83,6 +83,18 @@ def _parser() -> argparse.ArgumentParser:
                          default=None, help=text)
     sim.add_argument("--format", choices=["table", "json"], default="table")
 
+    val = sub.add_parser(
+        "validate", help="simulate published measurements and report the error per case",
+        description="Read a CSV with the columns of shared/validation/training_cases.csv, "
+                    "simulate every row whose configuration is complete enough, and compare "
+                    "with what it measured (iteration time, tokens/s, TFLOP/s per GPU or MFU, "
+                    "converted with the source's own FLOP formula).")
+    val.add_argument("csv", metavar="PATH.csv", help="measurements (training rows)")
+    val.add_argument("--format", choices=["table", "json"], default="table")
+    val.add_argument("--plot", metavar="FILE", help="write predicted vs measured (PNG/PDF)")
+    val.add_argument("--assumptions", action="store_true",
+                     help="list the assumptions made for each case (table format)")
+
     ls = sub.add_parser("list", help="list catalog entries (GPUs, topologies, models)")
     ls.add_argument("kind", nargs="?", choices=["gpus", "topologies", "models"],
                     help="one catalog (default: all)")
@@ -165,6 +177,22 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_validate(args: argparse.Namespace) -> int:
+    from codesign.validation.plot import plot_predicted_vs_measured
+    from codesign.validation.runner import format_results, run_csv, summarize
+
+    results = run_csv(Path(args.csv))
+    summary = summarize(results)
+    if args.format == "json":
+        print(json.dumps({"cases": [r.to_dict() for r in results], "summary": summary},
+                         indent=2))
+    else:
+        print(format_results(results, summary, assumptions=args.assumptions))
+    if args.plot:
+        plot_predicted_vs_measured(results, Path(args.plot))
+    return 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from codesign.specs.catalog import catalog_entries
 
@@ -204,6 +232,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "simulate":
             return cmd_simulate(args)
+        if args.command == "validate":
+            return cmd_validate(args)
         return cmd_list(args)
     except CodesignError as exc:
         print(f"codesign: error: {exc}", file=sys.stderr)

@@ -1,0 +1,172 @@
+"""Run validation cases and compute per-case errors and the summary (pure: no I/O)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from codesign.api import simulate_run
+from codesign.report.training import TrainingReport
+from codesign.specs.run import TrainingRun
+from codesign.validation.training_cases import MappedCase, Measurement, iter_cases
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """One validation case: measured vs predicted, signed error in percent."""
+
+    case_id: str
+    source: str
+    metric: str
+    measured: float | None
+    predicted: float | None
+    error_pct: float | None
+    status: str  # ok | infeasible | unsupported
+    reason: str = ""
+    assumptions: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def short_source(source: str) -> str:
+    """'Narayanan et al. 2021, ...' -> 'Narayanan et al. 2021'."""
+    return source.split(",")[0].strip().strip("'\"")[:60]
+
+
+def source_flops(run: TrainingRun, formula: str) -> float:
+    """FLOPs per step as the source counts them."""
+    if formula == "megatron-recompute":  # Narayanan et al. 2021, eq. (3)
+        m = run.model
+        b, s, layers, h, v = (run.parallel.global_batch_size, run.seq_len, m.num_layers,
+                              m.hidden_size, m.vocab_size)
+        return 96 * b * s * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
+    raise ValueError(f"unknown FLOP formula {formula!r}")
+
+
+def predicted_metric(report: TrainingReport, run: TrainingRun, m: Measurement) -> float:
+    """The simulator's value of the row's metric, converted with the source's FLOP formula."""
+    t = report.step_time_s
+    assert t is not None and report.tokens_per_s is not None
+    if m.metric == "iteration_time_s":
+        return t
+    if m.metric == "tokens_per_s":
+        return report.tokens_per_s
+    if m.flop_formula == "model":
+        flops = report.model_flops_per_step
+        assert flops is not None
+    else:
+        flops = source_flops(run, m.flop_formula)
+    tflops = flops / t / run.num_gpus / 1e12
+    if m.metric == "tflops_per_gpu":
+        return tflops
+    return 100 * tflops * 1e12 / run.gpu.peak_flops(run.parallel.dtype)
+
+
+def run_case(case: MappedCase,
+             simulate: Callable[[TrainingRun], TrainingReport] = simulate_run) -> CaseResult:
+    """Simulate the candidates and compare the chosen run with the measurement: the first
+    group (e.g. least recompute) with a feasible run, and within it the fastest run."""
+    m = case.measurement
+    reasons = []
+    notes_iter = iter(case.candidate_notes)
+    for group in case.candidates:
+        best: tuple[float, TrainingReport, TrainingRun, tuple[str, ...]] | None = None
+        for run in group:
+            notes = next(notes_iter)
+            report = simulate(run)
+            if not report.feasible:
+                reasons.append(report.reason)
+                continue
+            t = report.step_time_s or 0.0
+            if best is None or t < best[0]:
+                best = (t, report, run, notes)
+        if best is None:
+            continue
+        _, report, run, notes = best
+        pred = predicted_metric(report, run, m)
+        return CaseResult(case.case_id, short_source(case.source), m.metric, m.value, pred,
+                          100.0 * (pred - m.value) / m.value, "ok",
+                          assumptions=[*case.assumptions, *notes])
+    return CaseResult(case.case_id, short_source(case.source), m.metric, m.value, None, None,
+                      "infeasible", reason=reasons[-1] if reasons else "no candidate run",
+                      assumptions=list(case.assumptions))
+
+
+def unsupported(row: dict[str, str], reason: str) -> CaseResult:
+    return CaseResult(row.get("case_id", "?"), short_source(row.get("source", "")), "", None,
+                      None, None, "unsupported", reason=reason)
+
+
+def summarize(results: Iterable[CaseResult]) -> dict[str, Any]:
+    """Count, median, mean, 90th percentile and max absolute error (percent), worst case,
+    and the mean absolute error per source."""
+    ok = [r for r in results if r.status == "ok" and r.error_pct is not None]
+    errs = np.array([abs(r.error_pct) for r in ok if r.error_pct is not None])
+    if not len(errs):
+        return {"n": 0, "median_abs_error_pct": None, "mean_abs_error_pct": None,
+                "p90_abs_error_pct": None, "max_abs_error_pct": None, "worst_case": None,
+                "by_source": {}}
+    worst = max(ok, key=lambda r: abs(r.error_pct or 0.0))
+    by_source: dict[str, list[float]] = {}
+    for r in ok:
+        by_source.setdefault(r.source, []).append(abs(r.error_pct or 0.0))
+    return {
+        "n": len(ok),
+        "median_abs_error_pct": float(np.median(errs)),
+        "mean_abs_error_pct": float(np.mean(errs)),
+        "p90_abs_error_pct": float(np.percentile(errs, 90)),
+        "max_abs_error_pct": float(np.max(errs)),
+        "worst_case": worst.case_id,
+        "by_source": {k: {"n": len(v), "mean_abs_error_pct": float(np.mean(v))}
+                      for k, v in sorted(by_source.items())},
+    }
+
+
+def run_csv(path: Path,
+            simulate: Callable[[TrainingRun], TrainingReport] = simulate_run) -> list[CaseResult]:
+    """Every row of a measurement CSV as a :class:`CaseResult` (never raises per row)."""
+    results = []
+    for row, case in iter_cases(path):
+        if isinstance(case, str):
+            results.append(unsupported(row, case))
+        else:
+            try:
+                results.append(run_case(case, simulate))
+            except Exception as exc:  # a failing case is a row, never the end of the run
+                results.append(CaseResult(case.case_id, short_source(case.source),
+                                          case.measurement.metric, case.measurement.value,
+                                          None, None, "unsupported",
+                                          reason=f"{type(exc).__name__}: {exc}"))
+    return results
+
+
+def format_results(results: list[CaseResult], summary: dict[str, Any],
+                   assumptions: bool = False) -> str:
+    """Fixed-width table of the cases and the summary."""
+    lines = [f"{'case':8s} {'source':26s} {'metric':16s} {'measured':>11s} {'predicted':>11s} "
+             f"{'error':>8s}  status"]
+    for r in results:
+        meas = f"{r.measured:11.4g}" if r.measured is not None else f"{'-':>11s}"
+        pred = f"{r.predicted:11.4g}" if r.predicted is not None else f"{'-':>11s}"
+        err = f"{r.error_pct:+7.1f}%" if r.error_pct is not None else f"{'-':>8s}"
+        tail = f"  ({r.reason})" if r.reason else ""
+        lines.append(f"{r.case_id:8s} {r.source[:26]:26s} {r.metric:16s} {meas} {pred} {err}"
+                     f"  {r.status}{tail}")
+        if assumptions:
+            lines += [f"{'':10s}- {a}" for a in r.assumptions]
+    s = summary
+    if s["n"]:
+        lines += ["", f"simulated {s['n']} of {len(results)} cases: |error| median "
+                      f"{s['median_abs_error_pct']:.1f}%, mean {s['mean_abs_error_pct']:.1f}%, "
+                      f"p90 {s['p90_abs_error_pct']:.1f}%, max {s['max_abs_error_pct']:.1f}% "
+                      f"({s['worst_case']})"]
+        lines += [f"  {src[:40]:40s} n={v['n']:2d}  mean |error| {v['mean_abs_error_pct']:.1f}%"
+                  for src, v in s["by_source"].items()]
+    else:
+        lines += ["", f"no case simulated ({len(results)} rows)"]
+    return "\n".join(lines)

@@ -1,0 +1,295 @@
+"""Map a row of a training-measurement CSV (the columns of ``shared/validation/
+training_cases.csv``) to a :class:`TrainingRun`, with every assumption made listed.
+
+Settings a row leaves out take the documented defaults of the framework that produced it:
+
+* **Megatron-LM 2021-22** (Narayanan et al. 2021; Korthikanti et al. 2022): unfused softmax
+  attention (FlashAttention postdates these runs), no distributed optimizer (ZeRO 0),
+  gradient all-reduce after the backward pass (no overlap), fp32 gradient reduction,
+  vocabulary 51,200 (GPT-2 BPE padded), plain GELU MLP of 4h.
+* **Megatron-Core / NeMo** (2023+): flash attention, distributed optimizer (ZeRO-1),
+  overlapped gradient reduce and parameter gather, sequence parallelism when tp > 1,
+  TP communication overlap on H100-class GPUs with tp > 1.
+* **Llama 3 (Meta)**: FSDP that shards optimizer states and gradients but keeps parameters
+  after forward (ZeRO-2 semantics), sequence parallelism, flash attention.
+* **MosaicML llm-foundry** (MPT): PyTorch FSDP FULL_SHARD (ZeRO-3), flash attention.
+
+Micro-batch size, interleaving depth and recompute, when not given, follow rules stated in
+:func:`map_row` and are recorded as assumptions.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from codesign.errors import SpecError
+from codesign.specs.catalog import load_gpu, load_model, load_topology
+from codesign.specs.model import ModelSpec, MoESpec
+from codesign.specs.parallel import ParallelismSpec
+from codesign.specs.run import TrainingRun
+from codesign.workload.dims import plan_problems
+
+REQUIRED_COLUMNS = ("case_id", "source", "model", "num_layers", "hidden_size", "num_heads",
+                    "gpu_type", "num_gpus", "tp", "pp", "global_batch_size")
+METRIC_COLUMNS = ("iteration_time_s", "tokens_per_s_total", "tokens_per_s_per_gpu",
+                  "tflops_per_gpu", "mfu_pct")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What a row measured, in the unit of ``metric``."""
+
+    metric: str  # iteration_time_s | tokens_per_s | tflops_per_gpu | mfu_pct
+    value: float
+    flop_formula: str = "model"  # how the source counts FLOPs for tflops/MFU
+
+
+@dataclass(frozen=True)
+class MappedCase:
+    """A row turned into runs (alternatives tried in order until one fits) and its metric."""
+
+    case_id: str
+    source: str
+    framework: str
+    candidates: tuple[tuple[TrainingRun, ...], ...]  # by preference; within a group, the
+    # fastest feasible run is taken (settings a user would tune, e.g. interleaving depth)
+    candidate_notes: tuple[tuple[str, ...], ...]  # per run, flattened in group order
+    measurement: Measurement
+    assumptions: tuple[str, ...] = field(default=())
+
+
+class Unsupported(Exception):
+    """The row lacks something the simulator needs (message says what)."""
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """Rows of a CSV; raises :class:`SpecError` if required columns are missing."""
+    try:
+        with path.open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise SpecError(f"{path}: missing column(s) {', '.join(missing)}; a training "
+                                f"CSV needs {', '.join(REQUIRED_COLUMNS)}")
+            return [{k: (v or "").strip() for k, v in row.items() if k} for row in reader]
+    except OSError as exc:
+        raise SpecError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def _int(row: dict[str, str], key: str) -> int | None:
+    m = re.match(r"\s*(\d+)", row.get(key, ""))
+    return int(m.group(1)) if m else None
+
+
+def _float(row: dict[str, str], key: str) -> float | None:
+    m = re.match(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)", row.get(key, ""))
+    return float(m.group(1)) if m else None
+
+
+def framework_of(row: dict[str, str]) -> str:
+    """Which framework produced the row (decides defaults)."""
+    src = row.get("source", "").lower()
+    if "narayanan" in src or "korthikanti" in src:
+        return "megatron-2021"
+    if "llama 3" in src or "llama3" in src or "meta" in src or "2407.21783" in src:
+        return "llama3"
+    if "mosaic" in src or "llm-foundry" in src or "mpt" in row.get("model", "").lower():
+        return "mosaicml"
+    return "megatron-core"
+
+
+def measurement_of(row: dict[str, str], framework: str) -> Measurement:
+    """The metric to compare: step time, then tokens/s, then TFLOP/s, then MFU."""
+    t = _float(row, "iteration_time_s")
+    if t:
+        return Measurement("iteration_time_s", t)
+    total = _float(row, "tokens_per_s_total")
+    if total:
+        return Measurement("tokens_per_s", total)
+    per_gpu = _float(row, "tokens_per_s_per_gpu")
+    gpus = _int(row, "num_gpus")
+    if per_gpu and gpus:
+        return Measurement("tokens_per_s", per_gpu * gpus)
+    formula = "megatron-recompute" if framework == "megatron-2021" else "model"
+    tf = _float(row, "tflops_per_gpu")
+    if tf:
+        return Measurement("tflops_per_gpu", tf, formula)
+    mfu = _float(row, "mfu_pct")
+    if mfu:
+        return Measurement("mfu_pct", mfu, formula)
+    raise Unsupported("no measured metric (iteration time, tokens/s, TFLOP/s or MFU)")
+
+
+GATED_FAMILIES = ("llama", "qwen", "mixtral", "mistral", "oss", "deepseek")
+
+
+def model_of(row: dict[str, str], framework: str, notes: list[str]) -> ModelSpec:
+    """The catalog model when one matches the row's name and shape, else one built from the
+    row's architecture columns."""
+    layers, hidden = _int(row, "num_layers"), _int(row, "hidden_size")
+    heads = _int(row, "num_heads")
+    if not (layers and hidden and heads):
+        raise Unsupported("model architecture not given (layers, hidden size, heads)")
+    seq = _int(row, "seq_len") or 2048
+    try:
+        cat = load_model(row["model"])
+        if cat.num_layers == layers and cat.hidden_size == hidden:
+            notes.append(f"model: catalog entry {cat.name}")
+            return cat.model_copy(update={"seq_len": seq})
+    except SpecError:
+        pass
+    name = row["model"].lower()
+    gated = any(f in name for f in GATED_FAMILIES)
+    ffn = _int(row, "ffn_size")
+    if ffn is None:
+        ffn = 4 * hidden
+        notes.append("ffn_size not given: 4h (standard GPT block)")
+    vocab = _int(row, "vocab_size")
+    if vocab is None:
+        vocab = 51200
+        notes.append("vocab_size not given: 51200 (GPT-2 BPE padded, Megatron default)")
+    moe = None
+    experts, top_k, eff = (_int(row, "moe_experts"), _int(row, "moe_top_k"),
+                           _int(row, "moe_expert_ffn"))
+    if experts and top_k and eff:
+        moe = MoESpec(num_experts=experts, top_k=top_k, expert_ffn_hidden_size=eff)
+    return ModelSpec(
+        name=row["model"], num_layers=layers, hidden_size=hidden, num_heads=heads,
+        num_kv_heads=_int(row, "num_kv_heads") or heads, ffn_hidden_size=ffn,
+        vocab_size=vocab, seq_len=seq, mlp="gated" if gated else "plain",
+        norm="rmsnorm" if gated else "layernorm",
+        position_embedding="learned" if framework == "megatron-2021" else "rope", moe=moe)
+
+
+def topology_of(row: dict[str, str], gpu_default: str, notes: list[str]) -> str:
+    """Catalog topology matching the row's network description."""
+    net = row.get("inter_node_network", "").lower()
+    if "roce" in net and ("clos" in net or "oversubscribed" in net):
+        notes.append("network: meta-h100-roce (RoCE 400 Gb/s per GPU, 3-layer Clos)")
+        return "meta-h100-roce"
+    if not net or "not stated" in net:
+        notes.append(f"network not stated: {gpu_default} (the GPU's standard system)")
+    return gpu_default
+
+
+def _yes(text: str) -> bool | None:
+    """'yes'/'no' (possibly followed by details); None for empty or 'not stated'."""
+    first = re.split(r"[^a-z]+", text.strip().lower(), maxsplit=1)[0]
+    return {"yes": True, "true": True, "no": False, "false": False}.get(first)
+
+
+def map_row(row: dict[str, str]) -> MappedCase:
+    """Turn one CSV row into candidate runs; raises :class:`Unsupported` with the reason."""
+    fw = framework_of(row)
+    notes: list[str] = [f"framework defaults: {fw}"]
+    measurement = measurement_of(row, fw)
+    model = model_of(row, fw, notes)
+    gpu = load_gpu(row["gpu_type"])
+    topo = load_topology(topology_of(row, gpu.default_topology, notes))
+    n = _int(row, "num_gpus")
+    tp, pp = _int(row, "tp") or 1, _int(row, "pp") or 1
+    cp, ep = _int(row, "cp") or 1, _int(row, "ep") or 1
+    gbs = _int(row, "global_batch_size")
+    if not n or not gbs:
+        raise Unsupported("num_gpus or global_batch_size not given")
+    dtype = "fp8" if "fp8" in row.get("precision", "").lower() else "bf16"
+
+    plan: dict[str, Any] = dict(tp=tp, pp=pp, cp=cp, ep=ep, global_batch_size=gbs, dtype=dtype,
+                                seq_len=model.seq_len)
+    sp = _yes(row.get("sp", ""))
+    if sp is None:
+        sp = tp > 1 and fw != "megatron-2021"
+        notes.append(f"sequence parallel not stated: {'on' if sp else 'off'} "
+                     f"({fw} default)")
+    plan["sequence_parallel"] = sp
+    z = row.get("zero_fsdp", "").lower()
+    if "fsdp" in z:
+        if fw == "llama3" or "not resharded" in z:
+            plan["zero_stage"] = 2
+            notes.append("FSDP keeping parameters after forward: ZeRO-2 semantics")
+        else:
+            plan["zero_stage"] = 3
+    elif z.strip() in ("0", "none"):
+        plan["zero_stage"] = 0
+    elif z:
+        plan["zero_stage"] = 1
+        notes.append("distributed optimizer assumed (ZeRO-1)")
+    else:
+        plan["zero_stage"] = 0 if fw == "megatron-2021" else 1
+        notes.append(f"ZeRO not stated: stage {plan['zero_stage']} ({fw} default)")
+    if fw == "megatron-2021":
+        plan.update(flash_attention=False, overlap_grad_reduce=False,
+                    overlap_param_gather=False)
+    elif fw == "megatron-core":
+        overlap = tp > 1 and gpu.name != "a100-80gb"
+        plan["tp_comm_overlap"] = overlap and sp
+    mbs = _int(row, "micro_batch_size")
+    if mbs is None:
+        mbs = 1
+        notes.append("micro-batch size not given: 1")
+    plan["micro_batch_size"] = mbs
+
+    dp = n // (tp * pp * cp) if tp * pp * cp else 0
+    n_mb = gbs // (mbs * dp) if dp and mbs else 0
+    vpp_text = row.get("vpp", "").lower()
+    vpp_given = _int(row, "vpp")
+    if vpp_given:
+        plan["vpp"] = vpp_given
+    elif pp > 1 and ("interleaved" in vpp_text or not vpp_text or "not stated" in vpp_text):
+        # not given: every depth the schedule allows is a candidate and the fastest is kept,
+        # as a user of the framework tunes it (recorded per candidate)
+        vpps = [v for v in range(2, 9) if model.num_layers >= pp * v and n_mb % pp == 0] or [1]
+        if "interleaved" not in vpp_text:
+            vpps = [1, *[v for v in vpps if v > 1]]
+        plan["vpp"] = vpps
+        notes.append("interleaving depth not given: the fastest of vpp "
+                     f"{', '.join(map(str, vpps))}")
+    rc_text = row.get("activation_recompute", "").lower()
+    if rc_text.startswith("full"):
+        recomputes = ["full"]
+    elif rc_text.startswith("selective"):
+        recomputes = ["selective"]
+    elif rc_text.startswith("none"):
+        recomputes = ["none"]
+    else:
+        recomputes = ["none", "selective", "full"]
+        notes.append("recompute not stated: the least recompute that fits in HBM")
+    vpp_options = plan.pop("vpp", 1)
+    vpp_list = vpp_options if isinstance(vpp_options, list) else [vpp_options]
+    candidates, cand_notes = [], []
+    for rc in recomputes:
+        group = []
+        for vpp in vpp_list:
+            par = ParallelismSpec.parse({**plan, "recompute": rc, "vpp": vpp},
+                                        f"case {row['case_id']}")
+            run = TrainingRun(model=model, gpu=gpu, topology=topo, parallel=par, num_gpus=n)
+            problems = plan_problems(run)
+            if problems:
+                if len(vpp_list) == 1:
+                    raise Unsupported("; ".join(problems))
+                continue
+            group.append(run)
+            note = []
+            if len(recomputes) > 1:
+                note.append(f"recompute {rc}")
+            if len(vpp_list) > 1:
+                note.append(f"vpp {vpp}")
+            cand_notes.append(tuple(note))
+        candidates.append(tuple(group))
+    return MappedCase(case_id=row["case_id"], source=row.get("source", ""), framework=fw,
+                      candidates=tuple(candidates), candidate_notes=tuple(cand_notes),
+                      measurement=measurement, assumptions=tuple(notes))
+
+
+def iter_cases(path: Path) -> Iterator[tuple[dict[str, str], MappedCase | str]]:
+    """Each row with its mapped case, or the reason it cannot be simulated."""
+    for row in read_rows(path):
+        try:
+            yield row, map_row(row)
+        except (Unsupported, SpecError) as exc:
+            yield row, str(exc)
