@@ -24,7 +24,7 @@ from codesign.specs.run import TrainingRun
 from codesign.specs.topology import FullFlatTopology, TwoTierTopology
 from codesign.workload.dims import plan_problems
 from codesign.workload.memory import memory_per_gpu
-from codesign.workload.training import build_training_graph
+from codesign.workload.training import TrainingGraph, build_training_graph
 
 #: the built-in default run: GPT-3 175B on 1,024 H100s in DGX-H100 nodes on a fat-tree
 DEFAULT_RUN: dict[str, Any] = {
@@ -77,7 +77,10 @@ def simulate_run(run: TrainingRun) -> TrainingReport:
         return TrainingReport(feasible=False, reason="; ".join(problems), **base)
     try:
         graph = build_training_graph(run)
-        network = NetworkModel.from_parallelism(run.topology, run.parallel, dp=run.dp)
+        compute = ComputeModel.from_gpu(run.gpu)
+        tables = compute.tables.collectives if compute.tables is not None else None
+        network = NetworkModel.from_parallelism(run.topology, run.parallel, dp=run.dp,
+                                                measured=tables)
     except (InfeasiblePlan, ValueError) as exc:
         return TrainingReport(feasible=False, reason=str(exc), **base)
     p = run.parallel
@@ -95,7 +98,7 @@ def simulate_run(run: TrainingRun) -> TrainingReport:
                     f"gradients {mem_gib['gradients']:.1f}, optimizer "
                     f"{mem_gib['optimizer']:.1f}, activations {mem_gib['activations']:.1f})"),
             **base)
-    step = simulate_step(graph, ComputeModel(run.gpu), network)
+    step = simulate_step(graph, compute, network)
     t = step.step_time_s
     peak = run.gpu.peak_flops(p.dtype) * run.num_gpus
     return TrainingReport(
@@ -109,7 +112,23 @@ def simulate_run(run: TrainingRun) -> TrainingReport:
         model_flops_per_step=graph.model_flops_per_step,
         hardware_flops_per_step=graph.hardware_flops_per_step,
         critical_stage=step.critical_stage, memory_gib=mem_gib,
+        measured_ops=measured_ops(graph, compute, network) if compute.tables else [],
         breakdown_s=breakdown_from_categories(step.breakdown_s), **base)
+
+
+def measured_ops(graph: TrainingGraph, compute: ComputeModel,
+                 network: NetworkModel) -> list[str]:
+    """Names of the operators priced from measured tables rather than the models."""
+    names = set()
+    for chunk in graph.chunks:
+        for op in (*chunk.forward, *chunk.backward):
+            if op.kind == "comm":
+                cost = network.collective(op.comm or "all_reduce", op.group or "dp", op.size)
+                if cost.algorithm == "measured":
+                    names.add(op.name)
+            elif compute.source(op) == "measured":
+                names.add(op.name)
+    return sorted(names)
 
 
 def simulate(run: TrainingRun | None = None, **kwargs: Any) -> TrainingReport:

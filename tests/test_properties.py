@@ -22,7 +22,7 @@ from codesign.specs.run import TrainingRun
 REL = 1e-9
 
 PROPERTY_SETTINGS = settings(
-    max_examples=12, deadline=None,
+    max_examples=40, deadline=None,
     suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 
 MODELS = ("llama3-8b", "gpt3-175b", "mixtral-8x7b")

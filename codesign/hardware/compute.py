@@ -5,18 +5,34 @@ An operator's time is::
     max(executed FLOPs / (peak[dtype] × efficiency(shape)),
         HBM bytes / (HBM bandwidth × memory_bound efficiency)) + kernel overhead
 
-GEMM efficiency is ``gemm_max × Π_{x∈(m,n,k)} x / (x + gemm_half_dim)``: large GEMMs approach
-the measured large-GEMM fraction of peak, thin ones lose it to tile under-use. Fused attention
+GEMM efficiency is ``gemm_max × Π_{x∈(m,n,k)} x / (x + gemm_half_dim)`` (``gemm_max_fp8`` for
+FP8): large GEMMs approach the measured large-GEMM fraction of peak, thin ones lose it to tile
+under-use. A grouped GEMM of ``count`` kernels pays ``count`` kernel overheads. An FP8 forward
+or input-gradient GEMM also pays the Transformer Engine cast-transpose kernel of its
+activation operand (``FP8_CAST_BYTES`` per element). Fused attention
 uses its own measured forward/backward fractions. Causal flash attention executes about half
 of the conventional FLOPs (masked tiles are skipped) and its backward executes 2.5× the
 forward matmul FLOPs (it recomputes the scores), while convention counts 2× (FlashAttention-2,
 Dao 2023, Sec. 4 benchmark methodology); efficiencies are relative to the executed FLOPs.
+
+Measured tables. With ``tables`` (:class:`~codesign.hardware.measured.MeasuredKernels`, loaded
+by :meth:`ComputeModel.from_gpu` from the GPU's ``measured`` files) an operator the tables cover
+takes the interpolated measured time (the whole kernel time: no overhead is added) and
+:meth:`ComputeModel.source` reports ``"measured"``; every other operator is priced by the
+roofline above, exactly as without tables. GEMMs are looked up by (m, n, k, dtype) (times the
+operator's ``count`` of identical kernels, for grouped GEMMs), memory
+kernels by bytes, and fused attention by (batch·heads, seq_len, head_dim, causal, direction)
+when the operator carries that shape as an ``attn_shape`` attribute (operators without it are
+priced by the roofline).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
 
+from codesign.hardware.measured import MeasuredKernels
 from codesign.specs.gpu import GpuSpec
 from codesign.units import US
 from codesign.workload.ops import Op
@@ -25,22 +41,44 @@ from codesign.workload.ops import Op
 CAUSAL_FRACTION = 0.5
 #: executed / conventional FLOPs of fused attention backward (2.5 × fwd vs 2 × fwd)
 FLASH_BWD_RECOMPUTE = 1.25
+#: HBM bytes per element of the cast(-transpose) kernel that feeds an FP8 GEMM operand
+#: (Transformer Engine): read bf16 (2 B), write FP8 (1 B) and its transpose (1 B)
+FP8_CAST_BYTES = 4.0
+
+Source = Literal["measured", "model"]
 
 
 @dataclass(frozen=True)
 class ComputeModel:
-    """Prices compute operators on one GPU (seconds)."""
+    """Prices compute operators on one GPU (seconds).
+
+    ``tables``: measured kernel tables consulted before the roofline (see module docstring).
+    """
 
     gpu: GpuSpec
+    tables: MeasuredKernels | None = field(default=None, kw_only=True)
 
-    def gemm_efficiency(self, m: float, n: float, k: float) -> float:
-        """Fraction of dense peak reached by an (m×k)·(k×n) GEMM."""
+    @classmethod
+    def from_gpu(cls, gpu: GpuSpec, base_dir: str | Path | None = None) -> ComputeModel:
+        """Model of ``gpu`` with its measured tables loaded, if it names any.
+
+        Relative table paths resolve against ``base_dir``: the directory of the YAML file that
+        defines the GPU (:func:`codesign.specs.catalog.gpu_base_dir`); the working directory
+        when ``None``.
+        """
+        if gpu.measured is None:
+            return cls(gpu)
+        return cls(gpu, tables=MeasuredKernels.from_spec(gpu.measured, base_dir))
+
+    def gemm_efficiency(self, m: float, n: float, k: float, dtype: str = "bf16") -> float:
+        """Fraction of dense peak (of ``dtype``) reached by an (m×k)·(k×n) GEMM."""
         eff = self.gpu.efficiency
         half = eff.gemm_half_dim
         factor = 1.0
         for x in (m, n, k):
             factor *= x / (x + half)
-        return eff.gemm_max * factor
+        top = eff.gemm_max_fp8 if dtype == "fp8" and eff.gemm_max_fp8 else eff.gemm_max
+        return top * factor
 
     def executed_flops(self, op: Op) -> float:
         """FLOPs the kernel actually runs (see module docstring)."""
@@ -53,8 +91,45 @@ class ComputeModel:
                 flops *= FLASH_BWD_RECOMPUTE
         return flops
 
+    def measured_time(self, op: Op) -> float | None:
+        """Seconds of ``op`` from the measured tables, or ``None`` where they do not cover it."""
+        tables = self.tables
+        if tables is None:
+            return None
+        if op.kind == "gemm" and tables.gemm is not None and op.mnk is not None:
+            one = tables.gemm.lookup(*op.mnk, op.precision)
+            # a grouped GEMM runs ``count`` kernels of shape ``mnk``
+            return None if one is None else one * op.count
+        if op.kind == "memory" and tables.memory is not None:
+            return tables.memory.lookup(op.bytes)
+        if op.kind == "attention" and tables.attention is not None:
+            shape = getattr(op, "attn_shape", None)
+            if shape is not None:
+                bh, seq, head_dim = shape
+                return tables.attention.lookup(bh, seq, head_dim, op.causal, op.backward)
+        return None
+
+    def time_and_source(self, op: Op) -> tuple[float, Source]:
+        """Seconds for ``op`` and where they came from: ``"measured"`` or ``"model"``."""
+        measured = self.measured_time(op)
+        if measured is not None:
+            return measured, "measured"
+        return self.model_time(op), "model"
+
+    def source(self, op: Op) -> Source:
+        """``"measured"`` when the tables price ``op``, else ``"model"`` (the roofline)."""
+        return "measured" if self.measured_time(op) is not None else "model"
+
     def time(self, op: Op) -> float:
         """Seconds for one compute operator (0 for collectives: the network prices those)."""
+        if self.tables is not None:
+            measured = self.measured_time(op)
+            if measured is not None:
+                return measured
+        return self.model_time(op)
+
+    def model_time(self, op: Op) -> float:
+        """Roofline seconds for one compute operator, ignoring measured tables."""
         eff = self.gpu.efficiency
         overhead = eff.kernel_overhead_us * US
         mem_time = op.bytes / (self.gpu.hbm_bandwidth_TBps * 1e12 * eff.memory_bound)
@@ -63,8 +138,15 @@ class ComputeModel:
         if op.kind == "gemm":
             assert op.mnk is not None
             peak = self.gpu.peak_flops(op.precision)
-            flop_time = op.flops / (peak * self.gemm_efficiency(*op.mnk))
-            return max(flop_time, mem_time) + overhead
+            flop_time = op.flops / (peak * self.gemm_efficiency(*op.mnk, op.precision))
+            t = max(flop_time, mem_time) + op.count * overhead
+            if op.precision == "fp8" and op.role in ("fwd", "dgrad"):
+                # the activation / output-gradient operand is quantized by its own kernel
+                # (weights are cast once per step and their transposes cached)
+                m, _, k = op.mnk
+                cast = op.count * m * k * FP8_CAST_BYTES
+                t += cast / (self.gpu.hbm_bandwidth_TBps * 1e12 * eff.memory_bound) + overhead
+            return t
         if op.kind == "attention":
             peak = self.gpu.peak_flops("bf16")
             frac = eff.attention_bwd if op.backward else eff.attention_fwd

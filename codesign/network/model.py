@@ -25,6 +25,13 @@ NCCL CollNet does); ``"hierarchical"`` uses the two-level scheme where the group
 with ``k > 1`` and degenerates to ``"auto"`` elsewhere. When the requested algorithm does not
 apply (tree all-gather, in_network without switch support) the ring is used; ``CommCost``
 reports the algorithm actually costed. all_to_all and p2p are always ``"direct"``.
+
+Measured collectives. With ``measured`` (a :class:`~codesign.hardware.measured.CollectiveTable`)
+a collective whose kind, group size (and tier, where the table gives one) and size the table
+covers takes the interpolated measured time, reported as algorithm ``"measured"``; the group's
+tier is ``scale_up`` inside one scale-up domain, ``scale_out`` (one rank per domain) or ``mixed``
+across domains (matched by ``scale_out`` rows), ``fullflat`` on FullFlat. Everything else is
+costed by the alpha-beta model above, unchanged.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from codesign.specs.topology import FullFlatTopology, TwoTierTopology
 from codesign.units import GB, MB, gbps_to_bytes_per_s, us_to_s
 
 if TYPE_CHECKING:
+    from codesign.hardware.measured import CollectiveTable
     from codesign.specs.parallel import ParallelismSpec
 
 COLLECTIVE_KINDS: tuple[str, ...] = (
@@ -67,7 +75,8 @@ class CommCost:
 
     Attributes:
         time_s: seconds.
-        algorithm: the algorithm costed: ring, tree, in_network, hierarchical, direct or none.
+        algorithm: the algorithm costed: ring, tree, in_network, hierarchical, direct, none, or
+            measured (interpolated from a measured collectives table).
         tier: scale_up, scale_out, mixed (both tiers), fullflat, or local (no communication).
     """
 
@@ -131,6 +140,7 @@ class NetworkModel:
     """Collective costs for a layout placed on a topology.
 
     Build once per (topology, layout, algorithm); :meth:`collective` is cached and cheap.
+    ``measured``: a collectives table consulted before the model (see module docstring).
     """
 
     def __init__(
@@ -138,6 +148,8 @@ class NetworkModel:
         topology: TwoTierTopology | FullFlatTopology,
         layout: Layout,
         algorithm: str = "auto",
+        *,
+        measured: CollectiveTable | None = None,
     ) -> None:
         if algorithm not in ALGORITHMS:
             raise ValueError(
@@ -146,6 +158,7 @@ class NetworkModel:
         self.topology = topology
         self.layout = layout
         self.algorithm = algorithm
+        self.measured = measured
         self._placements: dict[str, GroupPlacement] = {}
         self._out_tiers: dict[str, Tier] = {}
         self._cache: dict[tuple[str, str, float], CommCost] = {}
@@ -179,6 +192,8 @@ class NetworkModel:
         topology: TwoTierTopology | FullFlatTopology,
         parallelism: ParallelismSpec,
         dp: int | None = None,
+        *,
+        measured: CollectiveTable | None = None,
     ) -> NetworkModel:
         """Model for a :class:`ParallelismSpec`; ``dp`` overrides / supplies ``parallelism.dp``."""
         dp = dp if dp is not None else parallelism.dp
@@ -192,7 +207,7 @@ class NetworkModel:
             pp=parallelism.pp,
             order=tuple(parallelism.placement_order),
         )
-        return cls(topology, layout, parallelism.collective_algorithm)
+        return cls(topology, layout, parallelism.collective_algorithm, measured=measured)
 
     # --- groups ----------------------------------------------------------------------------
 
@@ -264,6 +279,10 @@ class NetworkModel:
             return LOCAL
         up = self._up
         in_domain = not p.crosses_domains
+        if self.measured is not None:
+            hit = self._measured(kind, p, size)
+            if hit is not None:
+                return hit
 
         if kind == "p2p":
             # Pipeline-style neighbours: intra-domain only if every neighbour pair of every
@@ -293,6 +312,23 @@ class NetworkModel:
             return flat
         # auto: fastest overall; in_network: flat switch reduction or CollNet-style hierarchy
         return hier if hier.time_s <= flat.time_s else flat
+
+    def group_tier(self, kind: str, p: GroupPlacement) -> str:
+        """Tier a ``kind`` collective on placement ``p`` runs on (for measured lookups)."""
+        if isinstance(self.topology, FullFlatTopology):
+            return "fullflat"
+        if not p.crosses_domains and (kind != "p2p" or p.aligned):
+            return "scale_up"
+        if kind != "p2p" and p.ranks_per_domain > 1:
+            return "mixed"
+        return "scale_out"
+
+    def _measured(self, kind: str, p: GroupPlacement, size: float) -> CommCost | None:
+        """Cost from the measured collectives table, or ``None`` where it does not cover."""
+        assert self.measured is not None
+        tier = self.group_tier(kind, p)
+        t = self.measured.lookup(kind, p.size, size, tier)
+        return None if t is None else CommCost(t, "measured", tier)
 
     def _wanted(self, available: tuple[str, ...]) -> tuple[str, ...]:
         """Filter ``available`` flat algorithms by the requested one (ring as fallback)."""

@@ -61,6 +61,7 @@ class TrainingReport:
     memory_gib: dict[str, float] = field(default_factory=dict)
     memory_capacity_gib: float | None = None
     breakdown_s: dict[str, float] = field(default_factory=dict)
+    measured_ops: list[str] = field(default_factory=list)  # priced from measured tables
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,6 +99,8 @@ def format_table(r: TrainingReport) -> str:
                   f"{r.memory_capacity_gib:.1f}):"]
     for k in (*MEMORY_KEYS, "total"):
         lines.append(f"    {k:18s} {r.memory_gib.get(k, 0.0):10.2f}")
+    if r.measured_ops:
+        lines += ["", f"  from measured tables: {', '.join(r.measured_ops)}"]
     return "\n".join(lines)
 
 

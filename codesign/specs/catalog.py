@@ -101,7 +101,30 @@ def _lookup_raw(kind: CatalogKind, ref: str) -> tuple[str, Any]:
 def load_gpu(ref: str) -> GpuSpec:
     """A GPU by catalog name/alias (``h100``) or YAML path."""
     origin, data = _lookup_raw("hardware", ref)
-    return GpuSpec.parse(data, origin)
+    gpu = GpuSpec.parse(data, origin)
+    if gpu.measured is not None:  # make table paths absolute: the spec is self-contained
+        base = gpu_base_dir(ref)
+        files = {k: (str((base / v).resolve()) if base is not None and v
+                     and not Path(v).is_absolute() else v)
+                 for k, v in gpu.measured.files().items()}
+        gpu = gpu.model_copy(update={"measured": gpu.measured.model_copy(update=files)})
+    return gpu
+
+
+def gpu_base_dir(ref: str) -> Path | None:
+    """Directory that relative paths inside GPU ``ref`` (e.g. measured tables) resolve against.
+
+    A catalog name/alias: the installed ``hardware/`` catalog folder (``None`` if the package is
+    not on a file system); a file path: the file's directory; anything else: ``None``.
+    """
+    hit = _catalog_index("hardware").get(_normalize(ref))
+    if hit is not None:
+        root = resources.files("codesign.catalogs.hardware")
+        return Path(str(root)) if isinstance(root, Path) else None
+    path = Path(ref)
+    if path.is_file():
+        return path.resolve().parent
+    return None
 
 
 @lru_cache(maxsize=256)

@@ -19,6 +19,8 @@ class ComputeEfficiency(Spec):
     """
 
     gemm_max: float = Field(gt=0, le=1, description="fraction of dense peak of large GEMMs")
+    gemm_max_fp8: float | None = Field(
+        default=None, gt=0, le=1, description="the same for FP8 GEMMs; None = gemm_max")
     gemm_half_dim: float = Field(
         ge=0, description="GEMM dimension (elements) at which that dimension's factor is 1/2"
     )
@@ -26,6 +28,42 @@ class ComputeEfficiency(Spec):
     attention_bwd: float = Field(gt=0, le=1, description="fused attention backward, of peak")
     memory_bound: float = Field(gt=0, le=1, description="fraction of HBM bandwidth streamed")
     kernel_overhead_us: float = Field(ge=0, description="launch and tail cost per kernel, us")
+
+
+class MeasuredTables(Spec):
+    """Measured kernel data of a GPU: files the compute and network models interpolate.
+
+    Each reference is a path relative to the directory of the YAML file that holds the GPU
+    (catalog entries: the ``hardware/`` folder) or an absolute path. File formats are documented
+    in :mod:`codesign.hardware.measured`. Where a table covers an operator its interpolated
+    measurement replaces the roofline estimate; elsewhere the roofline is used.
+    """
+
+    gemm_csv: str | None = Field(default=None, description="m,n,k,dtype,time_us")
+    attention_csv: str | None = Field(
+        default=None, description="batch,seq_len,heads,head_dim,causal,direction,time_us"
+    )
+    memory_csv: str | None = Field(default=None, description="bytes,time_us")
+    collectives_csv: str | None = Field(
+        default=None, description="collective,group_size,size_bytes,time_us[,tier]"
+    )
+    kineto_trace: str | None = Field(
+        default=None, description="PyTorch profiler (Kineto) chrome trace: GEMM and NCCL kernels"
+    )
+    source: str = Field(min_length=1, description="citation or command that produced the data")
+
+    @model_validator(mode="after")
+    def _check_any(self) -> MeasuredTables:
+        if not any(self.files().values()):
+            raise ValueError("name at least one of gemm_csv, attention_csv, memory_csv, "
+                             "collectives_csv, kineto_trace")
+        return self
+
+    def files(self) -> dict[str, str | None]:
+        """Field name -> file reference (``None`` where not given)."""
+        return {"gemm_csv": self.gemm_csv, "attention_csv": self.attention_csv,
+                "memory_csv": self.memory_csv, "collectives_csv": self.collectives_csv,
+                "kineto_trace": self.kineto_trace}
 
 
 class GpuSpec(Spec):
@@ -45,6 +83,9 @@ class GpuSpec(Spec):
     tdp_W: float | None = Field(default=None, gt=0, description="board power, W")
     efficiency: ComputeEfficiency
     sources: dict[str, str] = Field(default_factory=dict, description="field -> citation")
+    measured: MeasuredTables | None = Field(
+        default=None, description="measured kernel tables interpolated before the roofline"
+    )
 
     @model_validator(mode="after")
     def _check_peaks(self) -> GpuSpec:

@@ -146,9 +146,12 @@ def moe_block(st: LayerStructure) -> list[OpTemplate]:
     if st.expert_tp:
         ops.append(comm("expert_tp_in", "all_gather", "reduce_scatter", "tp", Tx * h * e))
     ops += [
-        gemm("expert_up", Tx, gm * fe_t, h, saved=Tx * h * e, e_in=eg, e_out=e),
+        # grouped GEMM: one kernel per local expert over its Tx / E_l routed tokens
+        gemm("expert_up", Tx / E_l, gm * fe_t, h, saved=Tx * h * e, e_in=eg, e_out=e,
+             count=E_l),
         memory("expert_act", (gm + 1) * Tx * fe_t * e, saved=gm * Tx * fe_t * e),
-        gemm("expert_down", Tx, h, fe_t, saved=Tx * fe_t * e, e_in=eg, e_out=e),
+        gemm("expert_down", Tx / E_l, h, fe_t, saved=Tx * fe_t * e, e_in=eg, e_out=e,
+             count=E_l),
     ]
     if st.expert_tp:
         ops.append(comm("expert_tp_out", "reduce_scatter", "all_gather", "tp", Tx * h * e))

@@ -66,22 +66,25 @@ class OpTemplate:
     causal: bool = False
     weight_grad: bool = True  # GEMM has a weight-gradient GEMM in backward
     precision: Literal["gemm", "bf16"] = "gemm"  # 'gemm' = the plan's GEMM dtype
+    count: Expr | None = None  # identical kernels (grouped expert GEMMs); None = 1
 
     def __post_init__(self) -> None:
         for name in ("flops", "bytes", "saved"):  # numbers are accepted as constants
             object.__setattr__(self, name, lift(getattr(self, name)))
-        if self.size is not None:
-            object.__setattr__(self, "size", lift(self.size))
+        for name in ("size", "count"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, lift(getattr(self, name)))
 
 
 def gemm(name: str, m: ExprLike, n: ExprLike, k: ExprLike, saved: ExprLike, e_in: ExprLike,
-         e_out: ExprLike, weight_grad: bool = True) -> OpTemplate:
-    """A GEMM C[m,n] = A[m,k] B[k,n]: 2mnk FLOPs, reads A and B, writes C."""
-    m_, n_, k_ = lift(m), lift(n), lift(k)
+         e_out: ExprLike, weight_grad: bool = True, count: ExprLike = 1) -> OpTemplate:
+    """``count`` GEMMs C[m,n] = A[m,k] B[k,n]: 2mnk FLOPs each, each reads A and B, writes C
+    (``count`` > 1: a grouped GEMM, one kernel per expert)."""
+    m_, n_, k_, c_ = lift(m), lift(n), lift(k), lift(count)
     return OpTemplate(
-        name=name, kind="gemm", flops=2 * m_ * n_ * k_,
-        bytes=(m_ * k_ + k_ * n_) * e_in + m_ * n_ * e_out, saved=lift(saved),
-        mnk=(m_, n_, k_), weight_grad=weight_grad,
+        name=name, kind="gemm", flops=2 * m_ * n_ * k_ * c_,
+        bytes=((m_ * k_ + k_ * n_) * e_in + m_ * n_ * e_out) * c_, saved=lift(saved),
+        mnk=(m_, n_, k_), weight_grad=weight_grad, count=None if count == 1 else c_,
     )
 
 
@@ -121,6 +124,8 @@ class Op:
     causal: bool = False
     backward: bool = False
     precision: str = "bf16"
+    count: float = 1.0  # identical kernels (mnk is per kernel; flops and bytes are totals)
+    role: Literal["fwd", "dgrad", "wgrad", ""] = ""  # GEMM pass (fp8 casts depend on it)
 
     @property
     def stream(self) -> str:

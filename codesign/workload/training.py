@@ -91,6 +91,8 @@ def _bind(t: OpTemplate, env: Mapping[str, float], layer: int, precision: str) -
         flops=t.flops.evaluate(env), bytes=t.bytes.evaluate(env), mnk=mnk,
         comm=t.comm, group=t.group, size=evaluate(t.size, env), overlap=t.overlap,
         causal=t.causal, precision=precision if t.precision == "gemm" else "bf16",
+        count=evaluate(t.count, env) if t.count is not None else 1.0,
+        role="fwd" if t.kind == "gemm" else "",
     )
 
 
@@ -103,11 +105,11 @@ def backward_of(op: Op, template: OpTemplate) -> list[Op]:
         assert op.mnk is not None
         m, n, k = op.mnk
         dgrad = replace(op, name=f"{op.name}.dgrad", category="backward", backward=True,
-                        mnk=(m, k, n))
+                        mnk=(m, k, n), role="dgrad")
         if not template.weight_grad:
             return [dgrad]
         wgrad = replace(op, name=f"{op.name}.wgrad", category="backward", backward=True,
-                        mnk=(k, n, m))
+                        mnk=(k, n, m), role="wgrad")
         return [dgrad, wgrad]
     if op.kind == "attention":
         return [replace(op, name=f"{op.name}.bwd", category="backward", backward=True,
