@@ -51,9 +51,10 @@ def build_run(model: str | ModelSpec = "gpt3-175b", gpu: str | GpuSpec = "h100",
     par = ParallelismSpec.parse(settings, "plan")
     if num_gpus is None:
         num_gpus = par.tp * par.pp * par.cp * (par.dp or 1)
-    if num_gpus < 1:
-        raise SpecError(f"num_gpus must be >= 1, got {num_gpus}")
-    return TrainingRun(model=m, gpu=g, topology=t, parallel=par, num_gpus=num_gpus)
+    if isinstance(num_gpus, bool) or not isinstance(num_gpus, int) or num_gpus < 1:
+        raise SpecError(f"num_gpus must be a whole number >= 1, got {num_gpus!r}")
+    return TrainingRun.parse({"model": m, "gpu": g, "topology": t, "parallel": par,
+                              "num_gpus": num_gpus}, "run")
 
 
 def _plan_summary(run: TrainingRun) -> dict[str, Any]:

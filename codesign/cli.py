@@ -142,8 +142,16 @@ def _read_run_file(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         raise SpecError(f"{path}: unknown field '{unknown[0]}'; allowed: {names}")
     base = {k: data[k] for k in ("model", "gpu", "topology", "num_gpus") if k in data}
     for key, parse in (("model", "ModelSpec"), ("gpu", "GpuSpec"), ("topology", "Topology")):
-        if isinstance(base.get(key), dict):
-            base[key] = _inline_spec(parse, base[key], f"{path}: {key}")
+        value = base.get(key)
+        if isinstance(value, dict):
+            base[key] = _inline_spec(parse, value, f"{path}: {key}")
+        elif key in base and not isinstance(value, str):
+            raise SpecError(f"{path}: {key}: must be a catalog name, a file path or an inline "
+                            f"mapping, got {type(value).__name__}")
+    if "num_gpus" in base and (isinstance(base["num_gpus"], bool)
+                               or not isinstance(base["num_gpus"], int)):
+        raise SpecError(f"{path}: num_gpus: must be a whole number >= 1, "
+                        f"got {base['num_gpus']!r}")
     plan = data.get("parallel") or {}
     if not isinstance(plan, dict):
         raise SpecError(f"{path}: parallel must be a mapping of plan settings")

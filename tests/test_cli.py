@@ -164,6 +164,24 @@ def test_flags_change_plan(capsys: pytest.CaptureFixture[str]) -> None:
     assert d["hfu"] > d["mfu"]
 
 
+def test_dp_without_gpus_sets_gpu_count(capsys: pytest.CaptureFixture[str]) -> None:
+    code, d, err = run_json(capsys, "simulate", "--model", "llama3-8b", "--dp", "4", "--tp",
+                            "2", "--global-batch", "16")
+    assert code == 0, err
+    assert d["num_gpus"] == 8 and d["plan"]["dp"] == 4
+
+
+def test_hf_config_model_file(capsys: pytest.CaptureFixture[str]) -> None:
+    hf = Path(__file__).resolve().parents[1] / "workloads" / "hf" / "llama-3-8b.json"
+    if not hf.is_file():
+        pytest.skip("no bundled Hugging Face config")
+    code, d, err = run_json(capsys, "simulate", "--model", str(hf), "--gpus", "8", "--tp", "8",
+                            "--global-batch", "8")
+    assert code == 0, err
+    check_consistent(d)
+    assert d["model"] == "llama-3-8b"
+
+
 def test_placement_flag_is_split(capsys: pytest.CaptureFixture[str]) -> None:
     code, d, _ = run_json(capsys, "simulate", "--model", "llama3-8b", "--gpus", "16", "--tp",
                           "2", "--global-batch", "64", "--placement", "dp, tp,cp,ep,pp")
@@ -351,6 +369,21 @@ def test_run_file_bad_nested_topology(capsys: pytest.CaptureFixture[str],
     line = assert_input_error(*run_cli(capsys, "simulate", "--run", path))
     assert "scale_up.bandwidth_GBps" in line
     assert "bad.yaml" in line
+
+
+@pytest.mark.parametrize("body,field", [
+    ("model: llama3-8b\nnum_gpus: lots\n", "num_gpus"),
+    ("model: llama3-8b\nnum_gpus: 3.5\n", "num_gpus"),
+    ("model: 123\n", "model"),
+    ("model: llama3-8b\ngpu: [h100, h200]\n", "gpu"),
+    ("model: llama3-8b\ntopology: 5\n", "topology"),
+], ids=["num_gpus-str", "num_gpus-float", "model-int", "gpu-list", "topology-int"])
+def test_run_file_wrong_types(capsys: pytest.CaptureFixture[str], tmp_path: Path, body: str,
+                              field: str) -> None:
+    """A wrongly typed top-level run-file field is an input error naming the field."""
+    path = write(tmp_path, "bad.yaml", body)
+    line = assert_input_error(*run_cli(capsys, "simulate", "--run", path))
+    assert field in line
 
 
 def test_run_file_malformed_yaml(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

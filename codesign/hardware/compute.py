@@ -8,12 +8,14 @@ An operator's time is::
 GEMM efficiency is ``gemm_max × Π_{x∈(m,n,k)} x / (x + gemm_half_dim)`` (``gemm_max_fp8`` for
 FP8): large GEMMs approach the measured large-GEMM fraction of peak, thin ones lose it to tile
 under-use. A grouped GEMM of ``count`` kernels pays ``count`` kernel overheads. An FP8 forward
-or input-gradient GEMM also pays the Transformer Engine cast-transpose kernel of its
-activation operand (``FP8_CAST_BYTES`` per element). Fused attention
-uses its own measured forward/backward fractions. Causal flash attention executes about half
-of the conventional FLOPs (masked tiles are skipped) and its backward executes 2.5× the
-forward matmul FLOPs (it recomputes the scores), while convention counts 2× (FlashAttention-2,
-Dao 2023, Sec. 4 benchmark methodology); efficiencies are relative to the executed FLOPs.
+or input-gradient GEMM also pays the Transformer Engine cast-transpose kernel of its activation
+operand (``FP8_CAST_BYTES`` per element). GEMM and attention efficiencies are multiplied by the
+GPU's ``sustained_fraction``: microbenchmarks run short bursts at boost clock, training runs
+for hours at the power limit (fitted by ``codesign calibrate``). Fused attention uses its own
+measured forward/backward fractions. Causal flash attention executes about half of the
+conventional FLOPs (masked tiles are skipped) and its backward executes 2.5× the forward matmul
+FLOPs (it recomputes the scores), while convention counts 2× (FlashAttention-2, Dao 2023, Sec.
+4 benchmark methodology); efficiencies are relative to the executed FLOPs.
 
 Measured tables. With ``tables`` (:class:`~codesign.hardware.measured.MeasuredKernels`, loaded
 by :meth:`ComputeModel.from_gpu` from the GPU's ``measured`` files) an operator the tables cover
@@ -78,7 +80,7 @@ class ComputeModel:
         for x in (m, n, k):
             factor *= x / (x + half)
         top = eff.gemm_max_fp8 if dtype == "fp8" and eff.gemm_max_fp8 else eff.gemm_max
-        return top * factor
+        return top * eff.sustained_fraction * factor
 
     def executed_flops(self, op: Op) -> float:
         """FLOPs the kernel actually runs (see module docstring)."""
@@ -149,7 +151,8 @@ class ComputeModel:
             return t
         if op.kind == "attention":
             peak = self.gpu.peak_flops("bf16")
-            frac = eff.attention_bwd if op.backward else eff.attention_fwd
+            frac = (eff.attention_bwd if op.backward else eff.attention_fwd) \
+                * eff.sustained_fraction
             flop_time = self.executed_flops(op) / (peak * frac)
             return max(flop_time, mem_time) + overhead
         return 0.0

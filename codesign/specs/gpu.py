@@ -28,6 +28,11 @@ class ComputeEfficiency(Spec):
     attention_bwd: float = Field(gt=0, le=1, description="fused attention backward, of peak")
     memory_bound: float = Field(gt=0, le=1, description="fraction of HBM bandwidth streamed")
     kernel_overhead_us: float = Field(ge=0, description="launch and tail cost per kernel, us")
+    sustained_fraction: float = Field(
+        default=1.0, gt=0, le=1.5,
+        description="fraction of the microbenchmark GEMM/attention efficiencies sustained in "
+                    "end-to-end training (clocks under the power limit, back-to-back kernels); "
+                    "fitted by `codesign calibrate`")
 
 
 class MeasuredTables(Spec):
