@@ -95,6 +95,16 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("--assumptions", action="store_true",
                      help="list the assumptions made for each case (table format)")
 
+    cal = sub.add_parser(
+        "calibrate", help="fit each GPU's sustained compute fraction to measured runs",
+        description="Fit one sustained_fraction per GPU type (the share of microbenchmark "
+                    "GEMM/attention efficiency sustained in end-to-end training) to the rows of "
+                    "a measurement CSV, and cross-validate by fitting on half of the sources and "
+                    "scoring the other half, both ways. Prints the values to put in the "
+                    "hardware catalog; changes no file.")
+    cal.add_argument("csv", metavar="PATH.csv")
+    cal.add_argument("--jobs", type=int, default=0, help="processes (default: all cores)")
+
     ls = sub.add_parser("list", help="list catalog entries (GPUs, topologies, models)")
     ls.add_argument("kind", nargs="?", choices=["gpus", "topologies", "models"],
                     help="one catalog (default: all)")
@@ -201,6 +211,34 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    import os
+
+    from codesign.validation.calibrate import calibrate
+    from codesign.validation.runner import summarize
+    from codesign.validation.training_cases import iter_cases
+
+    cases = [c for _, c in iter_cases(Path(args.csv)) if not isinstance(c, str)]
+    rep = calibrate(cases, jobs=args.jobs or os.cpu_count() or 1)
+
+    def line(results: list[Any]) -> str:
+        s = summarize(results)
+        if not s["n"]:
+            return "no case"
+        return (f"n={s['n']} median {s['median_abs_error_pct']:.1f}% mean "
+                f"{s['mean_abs_error_pct']:.1f}% p90 {s['p90_abs_error_pct']:.1f}% max "
+                f"{s['max_abs_error_pct']:.1f}% ({s['worst_case']})")
+
+    print("sustained_fraction per GPU (hardware/<gpu>.yaml, efficiency.sustained_fraction):")
+    for gpu, f in rep.fractions.items():
+        print(f"  {gpu:12s} {f:.3f}")
+    print(f"in-sample: {line(rep.in_sample)}")
+    for train, fitted, held in rep.folds:
+        fits = ", ".join(f"{g} {f:.3f}" for g, f in fitted.items())
+        print(f"fit on {'; '.join(train)} ({fits})\n  held-out: {line(held)}")
+    return 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from codesign.specs.catalog import catalog_entries
 
@@ -242,6 +280,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_simulate(args)
         if args.command == "validate":
             return cmd_validate(args)
+        if args.command == "calibrate":
+            return cmd_calibrate(args)
         return cmd_list(args)
     except CodesignError as exc:
         print(f"codesign: error: {exc}", file=sys.stderr)

@@ -1,0 +1,159 @@
+"""Calibration: fit each GPU's ``sustained_fraction`` once across all validation cases.
+
+Procedure (reproducible: ``codesign calibrate PATH.csv``):
+
+1. Every row is mapped to runs as in ``codesign validate``; the settings chosen for a row
+   (recompute, interleaving depth) are fixed from the uncalibrated simulation.
+2. For each GPU type, ``sustained_fraction`` — the fraction of the microbenchmark GEMM and
+   attention efficiencies sustained in end-to-end training — is the value in [0.4, 1.2] that
+   minimizes the mean absolute log error over that GPU's rows (golden-section search). It is
+   one physically meaningful number per GPU, never per model, case or source; rows of other
+   GPUs do not move it, and network parameters stay at their microbenchmark values.
+3. Generalization is measured by splitting the cases by source into two halves: fit on one
+   half, report the error on the other, both ways. A GPU with no row in the fitting half
+   keeps its uncalibrated value (1.0).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from codesign.api import simulate_run
+from codesign.specs.base import evolve
+from codesign.specs.run import TrainingRun
+from codesign.validation.runner import CaseResult, predicted_metric, short_source
+from codesign.validation.training_cases import MappedCase
+
+BOUNDS = (0.4, 1.2)
+GOLDEN = (math.sqrt(5) - 1) / 2
+
+
+@dataclass(frozen=True)
+class FixedCase:
+    """A case with its run settled: calibration changes only the GPU's sustained fraction."""
+
+    case: MappedCase
+    run: TrainingRun
+
+    @property
+    def gpu(self) -> str:
+        return self.run.gpu.name
+
+    @property
+    def source(self) -> str:
+        return short_source(self.case.source)
+
+
+def settle(cases: Sequence[MappedCase]) -> list[FixedCase]:
+    """The run each case uses, picked as ``codesign validate`` picks it (first group with a
+    feasible run, fastest run of that group); infeasible cases are left out."""
+    out = []
+    for case in cases:
+        for group in case.candidates:
+            timed = [(r.step_time_s, i) for i, r in enumerate(map(simulate_run, group))
+                     if r.feasible and r.step_time_s is not None]
+            if timed:
+                out.append(FixedCase(case, group[min(timed)[1]]))
+                break
+    return out
+
+
+def with_fraction(run: TrainingRun, fraction: float) -> TrainingRun:
+    return evolve(run, {"gpu.efficiency.sustained_fraction": fraction})
+
+
+def log_error(fc: FixedCase, fraction: float) -> float:
+    """|log(predicted / measured)| of one case at ``fraction``."""
+    run = with_fraction(fc.run, fraction)
+    report = simulate_run(run)
+    if not report.feasible:
+        return math.inf
+    pred = predicted_metric(report, run, fc.case.measurement)
+    return abs(math.log(pred / fc.case.measurement.value))
+
+
+def fit_fraction(cases: Sequence[FixedCase], tol: float = 0.002) -> float:
+    """Golden-section minimum of the mean absolute log error over ``cases``."""
+    lo, hi = BOUNDS
+
+    def f(x: float) -> float:
+        return sum(log_error(c, x) for c in cases) / len(cases)
+
+    a, b = lo + (1 - GOLDEN) * (hi - lo), lo + GOLDEN * (hi - lo)
+    fa, fb = f(a), f(b)
+    while hi - lo > tol:
+        if fa <= fb:
+            hi, b, fb = b, a, fa
+            a = lo + (1 - GOLDEN) * (hi - lo)
+            fa = f(a)
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + GOLDEN * (hi - lo)
+            fb = f(b)
+    return round((lo + hi) / 2, 3)
+
+
+def fit(cases: Sequence[FixedCase]) -> dict[str, float]:
+    """``sustained_fraction`` per GPU type present in ``cases``."""
+    gpus = sorted({c.gpu for c in cases})
+    return {g: fit_fraction([c for c in cases if c.gpu == g]) for g in gpus}
+
+
+def evaluate(cases: Sequence[FixedCase], fractions: dict[str, float]) -> list[CaseResult]:
+    """Per-case results with each GPU's fraction applied (1.0 where none was fitted)."""
+    out = []
+    for fc in cases:
+        run = with_fraction(fc.run, fractions.get(fc.gpu, 1.0))
+        report = simulate_run(run)
+        m = fc.case.measurement
+        if not report.feasible:
+            out.append(CaseResult(fc.case.case_id, fc.source, m.metric, m.value, None, None,
+                                  "infeasible", reason=report.reason))
+            continue
+        pred = predicted_metric(report, run, m)
+        out.append(CaseResult(fc.case.case_id, fc.source, m.metric, m.value, pred,
+                              100 * (pred - m.value) / m.value, "ok"))
+    return out
+
+
+def source_halves(cases: Sequence[FixedCase]) -> tuple[set[str], set[str]]:
+    """Sources sorted by name and dealt alternately into two halves (deterministic)."""
+    sources = sorted({c.source for c in cases})
+    return set(sources[0::2]), set(sources[1::2])
+
+
+def fit_parallel(cases: Sequence[FixedCase], jobs: int = 1) -> dict[str, float]:
+    """:func:`fit` with one process per GPU type (the fits are independent)."""
+    gpus = sorted({c.gpu for c in cases})
+    groups = [[c for c in cases if c.gpu == g] for g in gpus]
+    if jobs <= 1 or len(groups) <= 1:
+        return {g: fit_fraction(grp) for g, grp in zip(gpus, groups, strict=True)}
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=min(jobs, len(groups))) as pool:
+        return dict(zip(gpus, pool.map(fit_fraction, groups), strict=True))
+
+
+@dataclass(frozen=True)
+class CalibrationReport:
+    """Fitted fractions, in-sample results, and the two cross-validation directions."""
+
+    fractions: dict[str, float]
+    in_sample: list[CaseResult]
+    folds: list[tuple[list[str], dict[str, float], list[CaseResult]]]  # (fit sources, fit,
+    # held-out results)
+
+
+def calibrate(cases: Sequence[MappedCase], jobs: int = 1) -> CalibrationReport:
+    """The whole procedure of the module docstring."""
+    fixed = settle(cases)
+    fractions = fit_parallel(fixed, jobs)
+    folds = []
+    half_a, half_b = source_halves(fixed)
+    for train, test in ((half_a, half_b), (half_b, half_a)):
+        fitted = fit_parallel([c for c in fixed if c.source in train], jobs)
+        held = evaluate([c for c in fixed if c.source in test], fitted)
+        folds.append((sorted(train), fitted, held))
+    return CalibrationReport(fractions, evaluate(fixed, fractions), folds)

@@ -1,0 +1,106 @@
+"""`codesign validate`: row mapping, metric conversion and error arithmetic, checked against
+independent computations; the calibration fit recovers a known parameter."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import tiny_model, tiny_run
+
+from codesign.api import simulate_run
+from codesign.cli import main
+from codesign.specs.base import evolve
+from codesign.validation.calibrate import FixedCase, fit_fraction, with_fraction
+from codesign.validation.runner import run_csv, summarize
+from codesign.validation.training_cases import MappedCase, Measurement, iter_cases
+
+SMALL = Path(__file__).parent / "data" / "validation_small.csv"
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "validation" / "training_cases.csv"
+
+
+def _mapped() -> dict[str, MappedCase | str]:
+    return {row["case_id"]: case for row, case in iter_cases(SMALL)}
+
+
+def test_validate_json_error_arithmetic(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(SMALL), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    cases = {c["case_id"]: c for c in out["cases"]}
+    assert set(cases) == {"T001", "T025", "T107", "X001"}
+    assert cases["X001"]["status"] == "unsupported" and "architecture" in cases["X001"]["reason"]
+    mapped = _mapped()
+    for cid in ("T001", "T025", "T107"):
+        c = cases[cid]
+        assert c["status"] == "ok", c
+        assert c["error_pct"] == pytest.approx(100 * (c["predicted"] - c["measured"])
+                                               / c["measured"], rel=1e-12)
+        assert c["assumptions"], "every mapped case lists its assumptions"
+        case = mapped[cid]
+        assert isinstance(case, MappedCase)
+    # T025: Korthikanti iteration time (vpp 3 given) -> the simulated step time itself
+    t025 = mapped["T025"]
+    assert isinstance(t025, MappedCase) and t025.measurement.metric == "iteration_time_s"
+    (run,) = t025.candidates[0]
+    assert cases["T025"]["predicted"] == pytest.approx(simulate_run(run).step_time_s)
+    # T001: Narayanan TFLOP/s, counted with the paper's formula 96·B·s·l·h²(1+s/6h+V/16lh)
+    t001 = mapped["T001"]
+    assert isinstance(t001, MappedCase) and t001.measurement.flop_formula == "megatron-recompute"
+    b, s, layers, h, v = 512, 2048, 24, 2304, 51200
+    flops = 96 * b * s * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
+    implied_step = flops / (cases["T001"]["predicted"] * 1e12 * 32)
+    assert any(simulate_run(r).step_time_s == pytest.approx(implied_step, rel=1e-9)
+               for r in t001.candidates[0])
+    # T107: MosaicML tokens/s per GPU x GPUs
+    assert cases["T107"]["measured"] == pytest.approx(10643 * 8)
+    # summary = statistics of the per-case absolute errors
+    errs = np.abs([cases[c]["error_pct"] for c in ("T001", "T025", "T107")])
+    summ = out["summary"]
+    assert summ["n"] == 3
+    assert summ["median_abs_error_pct"] == pytest.approx(np.median(errs))
+    assert summ["mean_abs_error_pct"] == pytest.approx(np.mean(errs))
+    assert summ["p90_abs_error_pct"] == pytest.approx(np.percentile(errs, 90))
+    assert summ["max_abs_error_pct"] == pytest.approx(errs.max())
+
+
+def test_validate_table_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    png = tmp_path / "v.png"
+    assert main(["validate", str(SMALL), "--plot", str(png), "--assumptions"]) == 0
+    text = capsys.readouterr().out
+    assert "simulated 3 of 4 cases" in text and "unsupported" in text
+    assert png.stat().st_size > 10_000
+
+
+def test_validate_rejects_a_csv_without_the_columns(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n")
+    assert main(["validate", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "missing column" in err
+
+
+def test_calibration_recovers_a_known_sustained_fraction() -> None:
+    # a GEMM-bound case (wide layers): step time depends on the fraction throughout
+    run = tiny_run(num_gpus=2, pp=2, global_batch_size=8,
+                   model=tiny_model(hidden_size=4096, ffn_hidden_size=16384, num_heads=32,
+                                    seq_len=2048))
+    truth = simulate_run(with_fraction(run, 0.8))
+    assert truth.step_time_s is not None
+    case = MappedCase("S1", "synthetic", "test", ((run,),), ((),),
+                      Measurement("iteration_time_s", truth.step_time_s))
+    assert fit_fraction([FixedCase(case, run)]) == pytest.approx(0.8, abs=0.005)
+    assert evolve(run, {"gpu.efficiency.sustained_fraction": 0.8}) == with_fraction(run, 0.8)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SHARED.is_file(), reason="shared/validation is not beside this checkout")
+def test_full_training_validation_simulates_every_complete_row() -> None:
+    results = run_csv(SHARED)
+    assert len(results) >= 44
+    for r in results:
+        assert r.status in ("ok", "infeasible", "unsupported")
+        assert r.status == "ok" or r.reason
+    assert summarize(results)["n"] >= 40
