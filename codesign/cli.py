@@ -134,7 +134,7 @@ def _run_from_args(args: argparse.Namespace) -> Any:
     if not args.run and not plan and not base:
         return build_run(**DEFAULT_RUN)
     if "num_gpus" not in base and not args.run and plan.get("dp") is None:
-        base["num_gpus"] = DEFAULT_RUN["num_gpus"] if "model" not in base else None
+        base["num_gpus"] = DEFAULT_RUN["num_gpus"]  # the default cluster size
     return build_run(**base, **plan)
 
 

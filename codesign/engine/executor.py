@@ -69,7 +69,9 @@ def execute(tasks: Sequence[Task]) -> Timeline:
             raise ValueError(f"task ids must be 0..n-1 in order; task {i} has id {t.id}")
     env = simpy.Environment()
     done = [env.event() for _ in range(n)]
-    started = [env.event() for _ in range(n)]
+    # start events only for tasks that another task is released from
+    watched = {d for t in tasks for d, _ in t.start_after}
+    started = {i: env.event() for i in watched}
     start = [float("nan")] * n
     end = [float("nan")] * n
     binding = [-1] * n
@@ -101,7 +103,8 @@ def execute(tasks: Sequence[Task]) -> Timeline:
             prev_end = end[queue_prev[t.id]] if queue_prev[t.id] >= 0 else 0.0
             binding[t.id] = best if best_t > prev_end else -1
             start[t.id] = env.now
-            started[t.id].succeed()
+            if t.id in started:
+                started[t.id].succeed()
             if t.duration > 0:
                 yield env.timeout(t.duration)
             end[t.id] = env.now

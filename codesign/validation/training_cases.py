@@ -214,8 +214,12 @@ def map_row(row: dict[str, str]) -> MappedCase:
             notes.append("FSDP keeping parameters after forward: ZeRO-2 semantics")
         else:
             plan["zero_stage"] = 3
-    elif z.strip() in ("0", "none"):
-        plan["zero_stage"] = 0
+    elif z.strip() in ("0", "none", "off", "no"):
+        # 'FSDP: 0' in NeMo/Megatron-Bridge tables means FSDP off; those recipes keep the
+        # distributed optimizer (ZeRO-1). Megatron-LM 2021-22 had no distributed optimizer.
+        plan["zero_stage"] = 0 if fw == "megatron-2021" else 1
+        if fw != "megatron-2021":
+            notes.append("FSDP off; distributed optimizer (ZeRO-1, framework default)")
     elif z:
         plan["zero_stage"] = 1
         notes.append("distributed optimizer assumed (ZeRO-1)")

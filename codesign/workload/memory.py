@@ -41,9 +41,10 @@ class MemoryEstimate:
                 "comm_buffers": self.comm_buffers}
 
 
-def stage_memory(graph: TrainingGraph, stage: int, dense_n: int, expert_n: int) -> MemoryEstimate:
+def stage_memory(graph: TrainingGraph, stage: int, dense_n: int, expert_n: int,
+                 order: list[tuple[str, int, int]] | None = None) -> MemoryEstimate:
     """Memory of one pipeline stage's ranks. ``dense_n``/``expert_n``: sizes of the groups that
-    shard dense and expert states under ZeRO."""
+    shard dense and expert states under ZeRO; ``order``: the stage's schedule, if at hand."""
     p = graph.run.parallel
     zero = p.sharding_stage
     chunks = graph.stage_chunks(stage)
@@ -62,7 +63,8 @@ def stage_memory(graph: TrainingGraph, stage: int, dense_n: int, expert_n: int) 
     gradients = sharded(2) * GRAD_BYTES
     optimizer = sharded(1) * OPT_BYTES_PER_PARAM
 
-    order = schedule(p.pipeline_schedule, p.pp, p.vpp, graph.num_microbatches)[stage]
+    if order is None:
+        order = schedule(p.pipeline_schedule, p.pp, p.vpp, graph.num_microbatches)[stage]
     saved = {c.chunk: c.saved_bytes for c in chunks}
     activations = max_in_flight(order, saved)
     payloads = [o.size for c in chunks for o in (*c.forward, *c.backward) if o.kind == "comm"]
@@ -72,5 +74,7 @@ def stage_memory(graph: TrainingGraph, stage: int, dense_n: int, expert_n: int) 
 
 def memory_per_gpu(graph: TrainingGraph, dense_n: int, expert_n: int) -> MemoryEstimate:
     """The stage with the largest footprint (it decides whether the plan fits)."""
-    stages = [stage_memory(graph, s, dense_n, expert_n) for s in range(graph.run.parallel.pp)]
+    p = graph.run.parallel
+    orders = schedule(p.pipeline_schedule, p.pp, p.vpp, graph.num_microbatches)
+    stages = [stage_memory(graph, s, dense_n, expert_n, orders[s]) for s in range(p.pp)]
     return max(stages, key=lambda m: (m.total, -m.stage))
