@@ -24,9 +24,10 @@ from codesign.workload.params import (
 MODELS = catalog_names("workloads")
 HF_DIR = resources.files("codesign.catalogs.workloads") / "hf"
 
-# The GPT-4-class MoE's "1.8T" is a rounded public estimate; the same estimate's breakdown
-# (16 experts x ~111B + ~55B attention = ~1831B) is what the configuration reproduces.
-TOLERANCE = {"gpt4-1.8t-moe": 0.02}
+# Every catalog model is held to 1% of its published total. (The GPT-4-class MoE's published
+# total is the public estimate's own breakdown, 16 experts x ~111B + ~55B = 1,831B, which the
+# headline rounds to "1.8T".)
+TOLERANCE: dict[str, float] = {}
 
 
 def _hf(name: str) -> dict[str, Any]:
@@ -176,7 +177,8 @@ def test_gpt4_moe_reproduces_the_estimate_breakdown() -> None:
     assert _rel(routed_expert_params(m) * m.num_layers / 1e9, 111.0) < 0.01  # ~111B per expert
     assert _rel(c.attention / 1e9, 55.0) < 0.01  # ~55B shared attention
     assert _rel(c.active_B, 280.0) < 0.01  # ~280B per forward pass
-    assert _rel(c.total_B, 1800.0) < 0.02
+    assert _rel(c.total_B, 1831.0) < 0.01
+    assert _rel(c.total_B, 1800.0) < 0.02  # the rounded headline
 
 
 # --------------------------------------------------- Hugging Face configs ---
