@@ -48,7 +48,7 @@ from codesign.network.placement import (
     layout_for,
     place_group,
 )
-from codesign.specs.topology import FullFlatTopology, TwoTierTopology
+from codesign.specs.topology import FullFlatTopology, ScaleUpSpec, TwoTierTopology
 from codesign.units import GB, MB, gbps_to_bytes_per_s, us_to_s
 
 if TYPE_CHECKING:
@@ -111,6 +111,14 @@ class Tier:
     in_network: bool
     log_tree: bool
 
+    @classmethod
+    def of_link(cls, name: str, link: ScaleUpSpec | FullFlatTopology, log_tree: bool) -> Tier:
+        """The tier of a scale-up domain or a FullFlat network (GB/s, us, MB in the spec)."""
+        return cls(name=name, bandwidth=link.bandwidth_GBps * GB,
+                   alpha=us_to_s(link.latency_us), efficiency_max=link.efficiency_max,
+                   efficiency_half_size=link.efficiency_half_size_MB * MB,
+                   in_network=link.in_network_reduction, log_tree=log_tree)
+
     def efficiency(self, size_bytes: float) -> float:
         """``efficiency_max · S / (S + half_size)``; ``efficiency_max`` when half is 0."""
         if self.efficiency_half_size <= 0.0:
@@ -164,27 +172,11 @@ class NetworkModel:
         self._cache: dict[tuple[str, str, float], CommCost] = {}
         if isinstance(topology, FullFlatTopology):
             self.domain_size = layout.world
-            self._up = Tier(
-                name="fullflat",
-                bandwidth=topology.bandwidth_GBps * GB,
-                alpha=us_to_s(topology.latency_us),
-                efficiency_max=topology.efficiency_max,
-                efficiency_half_size=topology.efficiency_half_size_MB * MB,
-                in_network=topology.in_network_reduction,
-                log_tree=True,
-            )
+            self._up = Tier.of_link("fullflat", topology, log_tree=True)
         else:
             up = topology.scale_up
             self.domain_size = up.domain_size
-            self._up = Tier(
-                name="scale_up",
-                bandwidth=up.bandwidth_GBps * GB,
-                alpha=us_to_s(up.latency_us),
-                efficiency_max=up.efficiency_max,
-                efficiency_half_size=up.efficiency_half_size_MB * MB,
-                in_network=up.in_network_reduction,
-                log_tree=False,
-            )
+            self._up = Tier.of_link("scale_up", up, log_tree=False)
 
     @classmethod
     def from_parallelism(
