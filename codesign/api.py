@@ -124,7 +124,7 @@ def measured_ops(graph: TrainingGraph, compute: ComputeModel,
     for chunk in graph.chunks:
         for op in (*chunk.forward, *chunk.backward):
             if op.kind == "comm":
-                cost = network.collective(op.comm or "all_reduce", op.group or "dp", op.size)
+                cost = network.collective(op.comm or "none", op.group or "dp", op.size)
                 if cost.algorithm == "measured":
                     names.add(op.name)
             elif compute.source(op) == "measured":

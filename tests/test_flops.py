@@ -81,3 +81,29 @@ def test_mfu_definition() -> None:
     assert r.tflops_per_gpu == pytest.approx(r.mfu * 312.0)
     assert r.tokens_per_s == pytest.approx(512 * S / r.step_time_s)
     assert 0 < r.mfu <= r.hfu <= 1  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(("plan", "fwd", "bwd"), [
+    # Megatron TP without SP: g (all-reduce) after attention and MLP in forward; f's
+    # all-reduces in backward; full recompute repeats the forward's two
+    ({}, {"all_reduce": 2}, {"all_reduce": 2}),
+    ({"recompute": "full"}, {"all_reduce": 2}, {"all_reduce": 4}),
+    # SP: all-gather before and reduce-scatter after each block, conjugates in backward
+    ({"sequence_parallel": True}, {"all_gather": 2, "reduce_scatter": 2},
+     {"all_gather": 2, "reduce_scatter": 2}),
+])
+def test_tensor_parallel_collectives_per_layer(plan: dict, fwd: dict, bwd: dict) -> None:
+    graph = build_training_graph(_gpt3(**plan))
+    chunk = graph.chunks[1]
+    layer = chunk.layers[0]
+
+    def count(ops) -> dict[str, int]:  # type: ignore[no-untyped-def]
+        out: dict[str, int] = {}
+        for o in ops:
+            if o.kind == "comm" and o.group == "tp" and o.layer == layer:
+                assert o.comm is not None
+                out[o.comm] = out.get(o.comm, 0) + 1
+        return out
+
+    assert count(chunk.forward) == fwd
+    assert count(chunk.backward) == bwd

@@ -45,7 +45,7 @@ def time_chunks(graph: TrainingGraph, compute: ComputeModel,
     """Timing of every (virtual stage, phase); identical chunk passes are simulated once."""
 
     def comm_time(op: Op) -> float:
-        return network.collective(op.comm or "all_reduce", op.group or "dp", op.size).time_s
+        return network.collective(op.comm or "none", op.group or "dp", op.size).time_s
 
     memo: dict[Hashable, tuple[ChunkTiming, tuple[int, ...]]] = {}
     out: dict[tuple[int, str], ChunkTiming] = {}

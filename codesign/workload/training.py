@@ -133,7 +133,9 @@ def _drop_trivial(ops: Iterable[Op], group_sizes: Mapping[str, int]) -> list[Op]
     out = []
     for o in ops:
         if o.kind == "comm":
-            if group_sizes.get(o.group or "", 1) <= 1 or o.size <= 0:
+            # no collective in this pass (e.g. Megatron's f operator in forward), a group of
+            # one rank, or nothing to send
+            if o.comm is None or group_sizes.get(o.group or "", 1) <= 1 or o.size <= 0:
                 continue
         elif o.flops <= 0 and o.bytes <= 0:
             continue
