@@ -9,8 +9,8 @@ from codesign.engine.chunk import ChunkTiming, op_tasks, time_chunk
 from codesign.engine.executor import ScheduleDeadlock, Task, attribute, execute
 from codesign.engine.training import simulate_step
 from codesign.hardware.compute import ComputeModel
+from codesign.ir import Op
 from codesign.network.model import NetworkModel
-from codesign.workload.ops import Op
 from codesign.workload.schedules import interleaved, max_in_flight, one_f_one_b, schedule
 from codesign.workload.training import build_training_graph
 

@@ -24,13 +24,13 @@ from codesign.hardware.measured import (
     read_kineto,
     read_memory_csv,
 )
+from codesign.ir import Op
 from codesign.network import NetworkModel, layout_for
 from codesign.network.collectives import flat_collective
 from codesign.specs.catalog import gpu_base_dir, load_gpu
 from codesign.specs.gpu import GpuSpec, MeasuredTables
 from codesign.specs.topology import FullFlatTopology, ScaleOutSpec, ScaleUpSpec, TwoTierTopology
 from codesign.units import US
-from codesign.workload.ops import Op
 
 DATA = Path(__file__).parent / "data"
 MEASURED = DATA / "measured"

@@ -12,11 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from codesign.engine.executor import COMM_PREFIX, Task, Timeline, attribute, execute
-from codesign.workload.ops import Op
-
-#: communication group -> breakdown category
-COMM_KIND = {"tp": "tp", "cp": "cp", "ep": "ep", "dp": "dp", "dp_cp": "dp", "edp": "dp",
-             "edp_cp": "dp", "pp": "pp", "world": "dp"}
+from codesign.ir import GROUP_STREAM, Op
 
 
 @dataclass(frozen=True)
@@ -32,7 +28,7 @@ class ChunkTiming:
 
 
 def comm_category(group: str | None) -> str:
-    return COMM_PREFIX + COMM_KIND.get(group or "", "dp")
+    return COMM_PREFIX + GROUP_STREAM.get(group or "", "dp")
 
 
 def op_tasks(ops: Sequence[Op], compute_time: Callable[[Op], float],
@@ -66,7 +62,7 @@ def op_tasks(ops: Sequence[Op], compute_time: Callable[[Op], float],
         else:  # blocking: also after blocking collectives it consumes (dispatch -> gather)
             deps = ((prev,) if prev >= 0 else ()) + tuple(pending)
             pending.append(tid)
-        tasks.append(Task(tid, COMM_KIND.get(op.group or "", "dp"), dur, deps, op.name,
+        tasks.append(Task(tid, op.stream, dur, deps, op.name,
                           comm_category(op.group), meta=(("layer", op.layer),)))
     return tasks
 

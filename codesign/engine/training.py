@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, replace
 from codesign.engine.chunk import ChunkTiming, comm_category, time_chunk
 from codesign.engine.executor import Task, Timeline, attribute, execute
 from codesign.hardware.compute import ComputeModel
+from codesign.ir import Op
 from codesign.network.model import NetworkModel
-from codesign.workload.ops import Op
 from codesign.workload.schedules import schedule
 from codesign.workload.training import ADAM_BYTES_PER_PARAM, ChunkGraph, TrainingGraph
 

@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Literal
 
 from codesign.hardware.measured import MeasuredKernels
+from codesign.ir import Op
 from codesign.specs.gpu import GpuSpec
 from codesign.units import US
-from codesign.workload.ops import Op
 
 #: executed / conventional FLOPs of a causal fused attention kernel (forward)
 CAUSAL_FRACTION = 0.5

@@ -12,33 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from codesign.ir import OpKind, Overlap
 from codesign.workload.symbolic import Expr, ExprLike, lift
-
-OpKind = Literal["gemm", "attention", "memory", "comm"]
-CommKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p"]
-#: how a collective overlaps compute on the same rank:
-#: ``none`` blocking (waits for the previous compute op, the next one waits for it);
-#: ``next`` runs with the next compute op (chunked/pipelined, e.g. TP all-gather + GEMM);
-#: ``prev`` runs with the previous compute op (e.g. GEMM + reduce-scatter);
-#: ``prefetch`` waits for nothing but its stream, the next compute op waits for it;
-#: ``async`` starts after the previous compute op and nothing waits for it.
-Overlap = Literal["none", "next", "prev", "prefetch", "async"]
-Category = Literal["forward", "backward", "recompute", "optimizer"]
-
-#: collective of a forward op -> collective of its backward (Megatron's conjugate operators)
-CONJUGATE: dict[str | None, str | None] = {
-    "all_gather": "reduce_scatter",
-    "reduce_scatter": "all_gather",
-    "all_to_all": "all_to_all",
-    "all_reduce": None,
-    None: "all_reduce",
-}
-
-#: communication group -> stream that carries it
-GROUP_STREAM: dict[str, str] = {
-    "tp": "tp", "cp": "cp", "ep": "ep", "dp": "dp", "dp_cp": "dp", "edp": "dp",
-    "edp_cp": "dp", "pp": "pp", "world": "dp",
-}
 
 
 @dataclass(frozen=True)
@@ -100,39 +75,6 @@ def comm(name: str, fwd: str | None, bwd: str | None, group: str, size: ExprLike
     """A collective on ``group`` (``fwd``/``bwd`` are the kinds run in each pass)."""
     return OpTemplate(name=name, kind="comm", flops=lift(0), bytes=lift(0), saved=lift(0),
                       comm=fwd, comm_bwd=bwd, group=group, size=lift(size), overlap=overlap)
-
-
-@dataclass(frozen=True)
-class Op:
-    """A bound operator: plain numbers for one plan, one rank, one micro-batch.
-
-    ``flops`` are the FLOPs as counted by convention (full attention matrix); the compute
-    model decides what the kernel executes (e.g. causal flash attention skips half).
-    """
-
-    name: str
-    kind: OpKind
-    category: Category
-    layer: int  # layer index within the model; -1 for embedding/head/optimizer
-    flops: float = 0.0
-    bytes: float = 0.0
-    mnk: tuple[float, float, float] | None = None
-    comm: str | None = None
-    group: str | None = None
-    size: float = 0.0
-    overlap: Overlap = "none"
-    causal: bool = False
-    backward: bool = False
-    precision: str = "bf16"
-    count: float = 1.0  # identical kernels (mnk is per kernel; flops and bytes are totals)
-    role: Literal["fwd", "dgrad", "wgrad", ""] = ""  # GEMM pass (fp8 casts depend on it)
-
-    @property
-    def stream(self) -> str:
-        """Stream the op runs on: ``compute`` or the communication stream of its group."""
-        if self.kind != "comm":
-            return "compute"
-        return GROUP_STREAM.get(self.group or "", "comm")
 
 
 def evaluate(expr: Expr | None, env: Mapping[str, float]) -> float:

@@ -15,11 +15,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from codesign.errors import InfeasiblePlan
+from codesign.ir import Category, Op
 from codesign.specs.run import TrainingRun
 from codesign.workload import params as P
 from codesign.workload.dims import bind_dims, layer_structure, num_microbatches, plan_problems
 from codesign.workload.layers import embedding_template, head_template, layer_template
-from codesign.workload.ops import Category, Op, OpTemplate, evaluate
+from codesign.workload.ops import OpTemplate, evaluate
 
 OPT_BYTES_PER_PARAM = 4 + 4 + 4  # fp32 master weights + Adam m + Adam v
 #: HBM traffic of one Adam update per local parameter: read+write master, m, v (24 B),

@@ -1,0 +1,61 @@
+"""Bound operators: the interface between the workload generator and the cost models.
+
+A :class:`Op` is one kernel or collective of one rank for one micro-batch, with plain numbers
+(FLOPs, bytes, GEMM shape, collective payload). The workload generator produces them; the
+compute model, the network model and the engine consume them. Nothing here imports those.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+OpKind = Literal["gemm", "attention", "memory", "comm"]
+CommKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p"]
+#: how a collective overlaps compute on the same rank:
+#: ``none`` blocking (waits for the previous compute op, the next one waits for it);
+#: ``next`` runs with the next compute op (chunked/pipelined, e.g. TP all-gather + GEMM);
+#: ``prev`` runs with the previous compute op (e.g. GEMM + reduce-scatter);
+#: ``prefetch`` waits for nothing but its stream, the next compute op waits for it;
+#: ``async`` starts after the previous compute op and nothing waits for it.
+Overlap = Literal["none", "next", "prev", "prefetch", "async"]
+Category = Literal["forward", "backward", "recompute", "optimizer"]
+
+#: communication group -> the stream that carries it (also its breakdown category)
+GROUP_STREAM: dict[str, str] = {
+    "tp": "tp", "cp": "cp", "ep": "ep", "dp": "dp", "dp_cp": "dp", "edp": "dp",
+    "edp_cp": "dp", "pp": "pp", "world": "dp",
+}
+
+
+@dataclass(frozen=True)
+class Op:
+    """A bound operator: plain numbers for one plan, one rank, one micro-batch.
+
+    ``flops`` are the FLOPs as counted by convention (full attention matrix); the compute
+    model decides what the kernel executes (e.g. causal flash attention skips half).
+    """
+
+    name: str
+    kind: OpKind
+    category: Category
+    layer: int  # layer index within the model; -1 for embedding/head/optimizer
+    flops: float = 0.0
+    bytes: float = 0.0
+    mnk: tuple[float, float, float] | None = None
+    comm: str | None = None
+    group: str | None = None
+    size: float = 0.0
+    overlap: Overlap = "none"
+    causal: bool = False
+    backward: bool = False
+    precision: str = "bf16"
+    count: float = 1.0  # identical kernels (mnk is per kernel; flops and bytes are totals)
+    role: Literal["fwd", "dgrad", "wgrad", ""] = ""  # GEMM pass (fp8 casts depend on it)
+
+    @property
+    def stream(self) -> str:
+        """Stream the op runs on: ``compute`` or the communication stream of its group."""
+        if self.kind != "comm":
+            return "compute"
+        return GROUP_STREAM.get(self.group or "", "dp")
