@@ -16,9 +16,7 @@ from codesign.network import (
     NetworkModel,
     all_to_all,
     group_dims,
-    hierarchical_all_gather,
-    hierarchical_all_reduce,
-    hierarchical_reduce_scatter,
+    hierarchical,
     in_network_all_gather,
     in_network_all_reduce,
     in_network_reduce_scatter,
@@ -254,13 +252,14 @@ def test_all_to_all_formula():
 
 def test_hierarchical_formulas():
     s, k, m = 1e9, 8, 4
-    ar = hierarchical_all_reduce(s, k, m, UP_BW, UP_A, NIC_BW, OUT_A)
+    ar = hierarchical("all_reduce", s, k, m, UP_BW, UP_A, NIC_BW, OUT_A)
     exp = 2 * (7 / 8 * s / UP_BW + 7 * UP_A) + 2 * 3 / 4 * (s / 8) / NIC_BW + 6 * OUT_A
     assert ar == pytest.approx(exp)
-    ag = hierarchical_all_gather(s, k, m, UP_BW, UP_A, NIC_BW, OUT_A)
+    ag = hierarchical("all_gather", s, k, m, UP_BW, UP_A, NIC_BW, OUT_A)
     exp_ag = 3 / 4 * (s / 8) / NIC_BW + 3 * OUT_A + 7 / 8 * s / UP_BW + 7 * UP_A
     assert ag == pytest.approx(exp_ag)
-    assert hierarchical_reduce_scatter(s, k, m, UP_BW, UP_A, NIC_BW, OUT_A) == pytest.approx(exp_ag)
+    rs = hierarchical("reduce_scatter", s, k, m, UP_BW, UP_A, NIC_BW, OUT_A)
+    assert rs == pytest.approx(exp_ag)
     # bytes crossing scale-out per rank are (m-1)·S/n: as little as a flat ring's share / k
     assert 3 / 4 * (s / 8) == pytest.approx((m - 1) * s / (k * m))
 

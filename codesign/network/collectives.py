@@ -170,88 +170,39 @@ def flat_collective(
 # --- two-level hierarchical ------------------------------------------------------------------
 
 
-def hierarchical_all_reduce(
-    size: float,
-    per_domain: int,
-    num_domains: int,
-    bw_up: float,
-    alpha_up: float,
-    bw_out: float,
-    alpha_out: float,
-    intra: str = "ring",
-    inter: str = "ring",
-) -> float:
-    """Two-level all-reduce over ``n = k × m`` ranks (``k = per_domain``, ``m = num_domains``).
-
-    ``T = RS_intra(S; k, bw_up) + AR_inter(S/k; m, bw_out) + AG_intra(S; k, bw_up)``, where the
-    intra phases use flat algorithm ``intra`` (ring or in_network) and the inter phase ``inter``
-    (ring, tree or in_network). The ``k`` inter-domain all-reduces run concurrently, one per
-    rail (each GPU has its own NIC). With ring everywhere:
-    ``2(k-1)/k·S/bw_up + 2(k-1)·α_up + 2(m-1)/m·(S/k)/bw_out + 2(m-1)·α_out``.
-    """
-    if _trivial(size, per_domain * num_domains):
-        return 0.0
-    k, m = per_domain, num_domains
-    return (
-        flat_collective("reduce_scatter", intra, size, k, bw_up, alpha_up)
-        + flat_collective("all_reduce", inter, size / k, m, bw_out, alpha_out)
-        + flat_collective("all_gather", intra, size, k, bw_up, alpha_up)
-    )
-
-
-def hierarchical_all_gather(
-    size: float,
-    per_domain: int,
-    num_domains: int,
-    bw_up: float,
-    alpha_up: float,
-    bw_out: float,
-    alpha_out: float,
-    intra: str = "ring",
-    inter: str = "ring",
-) -> float:
-    """Two-level all-gather of an ``S``-byte output over ``n = k × m`` ranks.
-
-    ``T = AG_inter(output S/k; m, bw_out) + AG_intra(output S; k, bw_up)``: first each rail
-    gathers its ``m`` pieces of ``S/n`` bytes (``(m-1)·S/n`` bytes cross the scale-out tier per
-    rank, the minimum), then each domain gathers the ``k`` resulting ``S/k`` blocks. With rings:
-    ``(m-1)/m·(S/k)/bw_out + (m-1)·α_out + (k-1)/k·S/bw_up + (k-1)·α_up``.
-    """
-    if _trivial(size, per_domain * num_domains):
-        return 0.0
-    k, m = per_domain, num_domains
-    return flat_collective("all_gather", inter, size / k, m, bw_out, alpha_out) + flat_collective(
-        "all_gather", intra, size, k, bw_up, alpha_up
-    )
-
-
-def hierarchical_reduce_scatter(
-    size: float,
-    per_domain: int,
-    num_domains: int,
-    bw_up: float,
-    alpha_up: float,
-    bw_out: float,
-    alpha_out: float,
-    intra: str = "ring",
-    inter: str = "ring",
-) -> float:
-    """Two-level reduce-scatter of an ``S``-byte input over ``n = k × m`` ranks.
-
-    ``T = RS_intra(input S; k, bw_up) + RS_inter(input S/k; m, bw_out)``, the mirror image of
-    :func:`hierarchical_all_gather` (same cost).
-    """
-    if _trivial(size, per_domain * num_domains):
-        return 0.0
-    k, m = per_domain, num_domains
-    return flat_collective("reduce_scatter", intra, size, k, bw_up, alpha_up) + flat_collective(
-        "reduce_scatter", inter, size / k, m, bw_out, alpha_out
-    )
-
-
-HIERARCHICAL = {
-    "all_reduce": hierarchical_all_reduce,
-    "all_gather": hierarchical_all_gather,
-    "reduce_scatter": hierarchical_reduce_scatter,
+#: phases of each two-level collective of an ``S``-byte buffer over ``n = k × m`` ranks:
+#: (kind, "intra" or "inter", fraction of S the phase moves). The ``k`` inter-domain
+#: collectives run concurrently, one per rail (each GPU has its own NIC).
+#:
+#: * all-reduce: RS_intra(S; k) + AR_inter(S/k; m) + AG_intra(S; k); with rings
+#:   ``2(k-1)/k·S/bw_up + 2(k-1)·α_up + 2(m-1)/m·(S/k)/bw_out + 2(m-1)·α_out``.
+#: * all-gather of an S-byte output: AG_inter(S/k; m) + AG_intra(S; k): each rail gathers its
+#:   ``m`` pieces of ``S/n`` first (``(m-1)·S/n`` bytes cross the scale-out tier per rank, the
+#:   minimum), then each domain gathers the ``k`` blocks of ``S/k``.
+#: * reduce-scatter of an S-byte input: RS_intra(S; k) + RS_inter(S/k; m), the mirror image.
+HIERARCHICAL_PHASES: dict[str, tuple[tuple[str, str, float], ...]] = {
+    "all_reduce": (("reduce_scatter", "intra", 1.0), ("all_reduce", "inter", -1.0),
+                   ("all_gather", "intra", 1.0)),
+    "all_gather": (("all_gather", "inter", -1.0), ("all_gather", "intra", 1.0)),
+    "reduce_scatter": (("reduce_scatter", "intra", 1.0), ("reduce_scatter", "inter", -1.0)),
 }
-"""Kinds with a two-level hierarchical algorithm -> its formula."""
+
+
+def hierarchical(kind: str, size: float, per_domain: int, num_domains: int, bw_up: float,
+                 alpha_up: float, bw_out: float, alpha_out: float, intra: str = "ring",
+                 inter: str = "ring") -> float:
+    """Two-level ``kind`` over ``n = k × m`` ranks (``k = per_domain``, ``m = num_domains``):
+    the phases of :data:`HIERARCHICAL_PHASES`, intra-domain ones with flat algorithm ``intra``
+    (ring or in_network) on the scale-up tier, inter-domain ones with ``inter`` (ring, tree or
+    in_network) on the scale-out tier (a fraction of -1 means ``S/k``). Seconds."""
+    if _trivial(size, per_domain * num_domains):
+        return 0.0
+    k, m = per_domain, num_domains
+    total = 0.0
+    for phase_kind, level, frac in HIERARCHICAL_PHASES[kind]:
+        part = size / k if frac < 0 else size * frac
+        if level == "intra":
+            total += flat_collective(phase_kind, intra, part, k, bw_up, alpha_up)
+        else:
+            total += flat_collective(phase_kind, inter, part, m, bw_out, alpha_out)
+    return total

@@ -295,7 +295,7 @@ class NetworkModel:
             return CommCost(t, "direct", "mixed" if k > 1 else "scale_out")
 
         flat = self._best_flat(kind, n, size, out)
-        if k <= 1 or kind not in C.HIERARCHICAL:
+        if k <= 1 or kind not in C.HIERARCHICAL_PHASES:
             return flat
         hier = self._best_hierarchical(kind, k, p.num_domains, size, up, out)
         if self.algorithm == "hierarchical":
@@ -344,7 +344,6 @@ class NetworkModel:
         self, kind: str, k: int, m: int, size: float, up: Tier, out: Tier
     ) -> CommCost:
         """Fastest two-level scheme for ``kind`` (best applicable flat algorithm per phase)."""
-        formula = C.HIERARCHICAL[kind]
         intra_kind = "all_gather" if kind == "all_gather" else "reduce_scatter"
         inter_kind = kind
         inner_algs = up.algorithms(intra_kind)
@@ -356,6 +355,7 @@ class NetworkModel:
         best = math.inf
         for intra in inner_algs:
             for inter in outer_algs:
-                t = formula(size, k, m, bw_up, up.alpha, bw_out, out.alpha, intra, inter)
+                t = C.hierarchical(kind, size, k, m, bw_up, up.alpha, bw_out, out.alpha,
+                                   intra, inter)
                 best = min(best, t)
         return CommCost(best, "hierarchical", "mixed")
