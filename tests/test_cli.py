@@ -173,8 +173,7 @@ def test_dp_without_gpus_sets_gpu_count(capsys: pytest.CaptureFixture[str]) -> N
 
 def test_hf_config_model_file(capsys: pytest.CaptureFixture[str]) -> None:
     hf = Path(__file__).resolve().parents[1] / "workloads" / "hf" / "llama-3-8b.json"
-    if not hf.is_file():
-        pytest.skip("no bundled Hugging Face config")
+    assert hf.is_file(), "the Hugging Face fixtures ship in workloads/hf/"
     code, d, err = run_json(capsys, "simulate", "--model", str(hf), "--gpus", "8", "--tp", "8",
                             "--global-batch", "8")
     assert code == 0, err
