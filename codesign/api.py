@@ -72,7 +72,7 @@ def simulate_run(run: TrainingRun) -> TrainingReport:
     base: dict[str, Any] = {
             "model": run.model.name, "gpu": run.gpu.name, "topology": run.topology.name,
             "num_gpus": run.num_gpus, "plan": _plan_summary(run),
-            "memory_capacity_gib": gib(run.gpu.hbm_capacity_GB * 1e9)}
+            "memory_capacity_gib": gib(run.gpu.memory_bytes)}
     problems = plan_problems(run)
     if problems:
         return TrainingReport(feasible=False, reason="; ".join(problems), **base)
@@ -90,7 +90,7 @@ def simulate_run(run: TrainingRun) -> TrainingReport:
     mem = memory_per_gpu(graph, dense_n, expert_n)
     mem_gib = {k: gib(v) for k, v in mem.by_category().items()}
     mem_gib["total"] = gib(mem.total)
-    capacity = run.gpu.hbm_capacity_GB * 1e9
+    capacity = run.gpu.memory_bytes
     if mem.total > capacity:
         return TrainingReport(
             feasible=False, memory_gib=mem_gib,

@@ -79,3 +79,15 @@ def test_most_loaded_stage_is_reported() -> None:
     g = _graph(sequence_parallel=True, recompute="selective")
     worst = memory_per_gpu(g, 1, 1)
     assert all(stage_memory(g, st, 1, 1).total <= worst.total for st in range(8))
+
+
+def test_device_memory_is_the_reported_total() -> None:
+    from codesign.specs.catalog import load_gpu
+
+    h100 = load_gpu("h100")
+    assert h100.memory_bytes == 81559 * 2**20  # "80 GB" HBM3 exposes ~79.6 GiB, not 74.5
+    assert h100.hbm_capacity_GB == 80  # the datasheet figure stays as published
+    r = simulate_run(build_run(model="gpt3-175b", gpu="h100", num_gpus=8, tp=8,
+                               global_batch_size=8))
+    assert r.memory_capacity_gib == pytest.approx(81559 / 1024)
+    assert load_gpu("mi300x").memory_bytes == load_gpu("mi300x").hbm_capacity_GB * 1e9

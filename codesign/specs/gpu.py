@@ -81,6 +81,9 @@ class GpuSpec(Spec):
     peak_tflops: dict[Dtype, float] = Field(description="dense peak TFLOP/s per dtype")
     hbm_capacity_GB: float = Field(gt=0, description="HBM capacity, decimal GB")
     hbm_bandwidth_TBps: float = Field(gt=0, description="HBM bandwidth, TB/s")
+    hbm_total_MiB: float | None = Field(
+        default=None, gt=0,
+        description="memory.total the device reports (nvidia-smi), MiB; None = capacity_GB")
     scale_up_bandwidth_GBps: float = Field(
         gt=0, description="scale-up (NVLink/xGMI) bandwidth per GPU, per direction, GB/s"
     )
@@ -100,6 +103,14 @@ class GpuSpec(Spec):
             if value <= 0:
                 raise ValueError(f"peak_tflops.{dtype} must be > 0")
         return self
+
+    @property
+    def memory_bytes(self) -> float:
+        """Device memory a framework can allocate, bytes (datasheet "80 GB" parts expose
+        80 GiB: the reported total when known, else the datasheet capacity)."""
+        if self.hbm_total_MiB is not None:
+            return self.hbm_total_MiB * 2.0**20
+        return self.hbm_capacity_GB * 1e9
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak in FLOP/s for ``dtype``; fp16 and bf16 stand in for each other."""
