@@ -61,14 +61,7 @@ def memory_op(nbytes: float) -> Op:
 
 
 @dataclass(frozen=True)
-class AttnOp(Op):
-    """An attention op carrying its shape, as the compute model's ``attn_shape`` hook reads."""
-
-    attn_shape: tuple[float, float, float] | None = None
-
-
-@dataclass(frozen=True)
-class GroupedOp(Op):
+class Op(Op):
     """A grouped GEMM: ``count`` kernels of shape ``mnk`` (flops and bytes are totals)."""
 
     count: float = 1.0
@@ -141,7 +134,7 @@ def test_gemm_on_a_row_is_the_measured_time(measured: ComputeModel) -> None:
 def test_grouped_gemm_counts_its_kernels(measured: ComputeModel) -> None:
     (m, n, k), t = next(iter(gemm_rows().items()))
     one = gemm_op(m, n, k)
-    grouped = GroupedOp(**{**one.__dict__, "flops": 4 * one.flops, "bytes": 4 * one.bytes,
+    grouped = Op(**{**one.__dict__, "flops": 4 * one.flops, "bytes": 4 * one.bytes,
                            "count": 4.0})
     assert measured.time_and_source(grouped) == (4 * t, "measured")
 
@@ -205,14 +198,14 @@ def test_attention_table_needs_the_op_shape(measured: ComputeModel,
                flops=4 * 2048 * 2048 * 16 * 128, bytes=1e6, causal=True)
     assert measured.source(plain) == "model"  # no shape: the roofline prices it
     assert measured.time(plain) == roofline.time(plain)
-    shaped = AttnOp(**{**plain.__dict__, "attn_shape": (16.0, 2048.0, 128.0)})
+    shaped = Op(**{**plain.__dict__, "attn_shape": (16.0, 2048.0, 128.0)})
     assert measured.time_and_source(shaped) == (150.0 * US, "measured")
-    bwd = AttnOp(**{**shaped.__dict__, "backward": True})
+    bwd = Op(**{**shaped.__dict__, "backward": True})
     assert measured.time(bwd) == 450.0 * US
-    mid = AttnOp(**{**shaped.__dict__, "attn_shape": (16.0, 4096.0, 128.0)})
+    mid = Op(**{**shaped.__dict__, "attn_shape": (16.0, 4096.0, 128.0)})
     # work grows as seq²; the rate lies between the neighbours' rates
     assert 1800.0 * US / 4 < measured.time(mid) < 150.0 * US * 4
-    far = AttnOp(**{**shaped.__dict__, "attn_shape": (16.0, 16384.0, 128.0)})
+    far = Op(**{**shaped.__dict__, "attn_shape": (16.0, 16384.0, 128.0)})
     assert measured.source(far) == "model"
     assert measured.time(far) == roofline.time(far)
     rows = read_attention_csv(MEASURED / "attention.csv")
@@ -401,3 +394,27 @@ def test_report_names_the_operators_priced_from_measurements() -> None:
     covered = sorted({o.name for c in graph.chunks for o in (*c.forward, *c.backward)
                       if o.kind == "memory" and 1e6 <= o.bytes <= 1e10})
     assert covered and report.measured_ops == covered
+
+
+def test_bound_attention_ops_use_measured_attention_rows() -> None:
+    """A model whose attention matches a table row (16 heads of 128, sequence 2048, batch 1)
+    takes the measured forward and backward times; under CP the roofline prices it."""
+    from codesign.api import build_run
+    from codesign.workload.training import build_training_graph
+
+    here = Path(__file__).parent / "data" / "measured" / "ideal-measured.yaml"
+    model = tiny_model(hidden_size=2048, num_heads=16, ffn_hidden_size=4096, seq_len=2048)
+    run = build_run(model=model, gpu=str(here), topology=fullflat(), num_gpus=1,
+                    global_batch_size=1)
+    compute = ComputeModel.from_gpu(run.gpu)
+    chunk = build_training_graph(run).chunks[0]
+    fwd = next(o for o in chunk.forward if o.name == "attention")
+    bwd = next(o for o in chunk.backward if o.name == "attention.bwd")
+    assert fwd.attn_shape == (16.0, 2048.0, 128.0)
+    assert compute.time_and_source(fwd) == (pytest.approx(150e-6), "measured")
+    assert compute.time_and_source(bwd) == (pytest.approx(450e-6), "measured")
+    cp_run = build_run(model=model, gpu=str(here), topology=fullflat(), num_gpus=2, cp=2,
+                       global_batch_size=1)
+    cp_fwd = next(o for o in build_training_graph(cp_run).chunks[0].forward
+                  if o.name == "attention")
+    assert cp_fwd.attn_shape is None and compute.source(cp_fwd) == "model"

@@ -24,8 +24,8 @@ takes the interpolated measured time (the whole kernel time: no overhead is adde
 roofline above, exactly as without tables. GEMMs are looked up by (m, n, k, dtype) (times the
 operator's ``count`` of identical kernels, for grouped GEMMs), memory
 kernels by bytes, and fused attention by (batch·heads, seq_len, head_dim, causal, direction)
-when the operator carries that shape as an ``attn_shape`` attribute (operators without it are
-priced by the roofline).
+when the operator carries that shape (``Op.attn_shape``; not under context parallelism, where
+queries and keys differ in length, so those are priced by the roofline).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class ComputeModel:
         if op.kind == "memory" and tables.memory is not None:
             return tables.memory.lookup(op.bytes)
         if op.kind == "attention" and tables.attention is not None:
-            shape = getattr(op, "attn_shape", None)
+            shape = op.attn_shape
             if shape is not None:
                 bh, seq, head_dim = shape
                 return tables.attention.lookup(bh, seq, head_dim, op.causal, op.backward)

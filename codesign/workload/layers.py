@@ -103,7 +103,8 @@ def attention_block(st: LayerStructure) -> list[OpTemplate]:
         ops.append(OpTemplate(
             name="attention", kind="attention", flops=attn_flops,
             bytes=q_bytes + kv_bytes + T * o_dim * e, saved=b * a_t * (T / b) * 4,
-            attn_core=True, causal=True, precision="bf16"))
+            attn_core=True, causal=True, precision="bf16",
+            attn=(b * a_t, S, (dn + dr) if st.mla else d)))
     else:  # unfused: score matrix materialized (Korthikanti et al. 2022: 5·a·s²·b bytes)
         scores = b * a_t * (T / b) * S
         half = attn_flops / 2

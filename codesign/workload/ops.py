@@ -42,6 +42,7 @@ class OpTemplate:
     weight_grad: bool = True  # GEMM has a weight-gradient GEMM in backward
     precision: Literal["gemm", "bf16"] = "gemm"  # 'gemm' = the plan's GEMM dtype
     count: Expr | None = None  # identical kernels (grouped expert GEMMs); None = 1
+    attn: tuple[Expr, Expr, Expr] | None = None  # (batch·heads, key length, head dim)
 
     def __post_init__(self) -> None:
         for name in ("flops", "bytes", "saved"):  # numbers are accepted as constants

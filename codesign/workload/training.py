@@ -94,6 +94,8 @@ def _bind(t: OpTemplate, env: Mapping[str, float], layer: int, precision: str) -
         causal=t.causal, precision=precision if t.precision == "gemm" else "bf16",
         count=evaluate(t.count, env) if t.count is not None else 1.0,
         role="fwd" if t.kind == "gemm" else "",
+        attn_shape=(tuple(x.evaluate(env) for x in t.attn)  # type: ignore[arg-type]
+                    if t.attn is not None and env["T"] == env["b"] * env["S"] else None),
     )
 
 
