@@ -15,7 +15,6 @@ from codesign.errors import InfeasiblePlan, SpecError
 from codesign.hardware.compute import ComputeModel
 from codesign.network.model import NetworkModel
 from codesign.report.training import TrainingReport, breakdown_from_categories, gib
-from codesign.specs.base import Spec
 from codesign.specs.catalog import load_gpu, load_model, load_topology
 from codesign.specs.gpu import GpuSpec
 from codesign.specs.model import ModelSpec
@@ -144,4 +143,4 @@ def simulate(run: TrainingRun | None = None, **kwargs: Any) -> TrainingReport:
     return simulate_run(run)
 
 
-__all__ = ["DEFAULT_RUN", "Spec", "build_run", "simulate", "simulate_run"]
+__all__ = ["DEFAULT_RUN", "build_run", "measured_ops", "simulate", "simulate_run"]

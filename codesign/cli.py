@@ -15,6 +15,7 @@ from typing import Any
 
 from codesign import __version__
 from codesign.errors import CodesignError, SpecError
+from codesign.specs.run import TrainingRun
 
 EXIT_INPUT = 2
 
@@ -111,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _run_from_args(args: argparse.Namespace) -> Any:
+def _run_from_args(args: argparse.Namespace) -> TrainingRun:
     from codesign.api import DEFAULT_RUN, build_run
 
     plan: dict[str, Any] = {}
