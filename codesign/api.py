@@ -23,7 +23,7 @@ from codesign.specs.run import TrainingRun
 from codesign.specs.topology import FullFlatTopology, TwoTierTopology
 from codesign.workload.dims import plan_problems
 from codesign.workload.memory import memory_per_gpu
-from codesign.workload.training import TrainingGraph, build_training_graph
+from codesign.workload.training import TrainingGraph, build_training_graph, state_groups
 
 #: the built-in default run: GPT-3 175B on 1,024 H100s in DGX-H100 nodes on a fat-tree
 DEFAULT_RUN: dict[str, Any] = {
@@ -84,8 +84,8 @@ def simulate_run(run: TrainingRun) -> TrainingReport:
     except (InfeasiblePlan, ValueError) as exc:
         return TrainingReport(feasible=False, reason=str(exc), **base)
     p = run.parallel
-    dense_n = network.group_size("dp_cp" if p.cp > 1 else "dp")
-    expert_n = network.group_size("edp_cp" if p.cp > 1 else "edp")
+    dense_grp, expert_grp = state_groups(p)
+    dense_n, expert_n = network.group_size(dense_grp), network.group_size(expert_grp)
     mem = memory_per_gpu(graph, dense_n, expert_n)
     mem_gib = {k: gib(v) for k, v in mem.by_category().items()}
     mem_gib["total"] = gib(mem.total)

@@ -18,7 +18,12 @@ from codesign.hardware.compute import ComputeModel
 from codesign.ir import Op
 from codesign.network.model import NetworkModel
 from codesign.workload.schedules import schedule
-from codesign.workload.training import ADAM_BYTES_PER_PARAM, ChunkGraph, TrainingGraph
+from codesign.workload.training import (
+    ADAM_BYTES_PER_PARAM,
+    ChunkGraph,
+    TrainingGraph,
+    state_groups,
+)
 
 GRAD_REDUCE_BYTES = 4.0  # Megatron reduces fp32 main gradients (ZeRO 0-2)
 PARAM_BYTES = 2.0  # bf16 working weights are gathered
@@ -101,8 +106,7 @@ def simulate_step(graph: TrainingGraph, compute: ComputeModel, network: NetworkM
         timings = time_chunks(graph, compute, network)
     by_v = {c.virtual_stage: c for c in graph.chunks}
     zero = p.sharding_stage
-    dense_grp = "dp_cp" if p.cp > 1 else "dp"
-    expert_grp = "edp_cp" if p.cp > 1 else "edp"
+    dense_grp, expert_grp = state_groups(p)
     dense_n = network.group_size(dense_grp)
     expert_n = network.group_size(expert_grp)
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from codesign.errors import InfeasiblePlan
 from codesign.ir import Category, Op
+from codesign.specs.parallel import ParallelismSpec
 from codesign.specs.run import TrainingRun
 from codesign.workload import params as P
 from codesign.workload.dims import bind_dims, layer_structure, num_microbatches, plan_problems
@@ -146,6 +147,12 @@ def _drop_trivial(ops: Iterable[Op], group_sizes: Mapping[str, int]) -> list[Op]
     return out
 
 
+def state_groups(p: ParallelismSpec) -> tuple[str, str]:
+    """Groups over which dense and expert parameters are replicated (their gradients are
+    reduced and ZeRO shards their states there): data parallel, times CP when CP > 1."""
+    return ("dp_cp", "edp_cp") if p.cp > 1 else ("dp", "edp")
+
+
 def group_sizes(run: TrainingRun) -> dict[str, int]:
     """Ranks per communication group name."""
     p = run.parallel
@@ -170,8 +177,7 @@ def build_training_graph(run: TrainingRun) -> TrainingGraph:
     sizes = group_sizes(run)
     n_mb = num_microbatches(run)
     prec = p.dtype
-    dense_grp = "dp_cp" if p.cp > 1 else "dp"
-    expert_grp = "edp_cp" if p.cp > 1 else "edp"
+    dense_grp, expert_grp = state_groups(p)
     zero3 = p.sharding_stage == 3
     attn_p = P.attention_params_per_layer(m) + 2 * P.norm_params(m)
 
