@@ -12,7 +12,8 @@ from conftest import ideal_gpu, tiny_model
 
 from codesign.errors import SpecError
 from codesign.hardware.compute import ComputeModel
-from codesign.hardware.measured import (
+from codesign.ir import Op
+from codesign.measured import (
     CollectiveTable,
     GemmRow,
     GemmTable,
@@ -24,7 +25,6 @@ from codesign.hardware.measured import (
     read_kineto,
     read_memory_csv,
 )
-from codesign.ir import Op
 from codesign.network import NetworkModel, layout_for
 from codesign.network.collectives import flat_collective
 from codesign.specs.catalog import gpu_base_dir, load_gpu

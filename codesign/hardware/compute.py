@@ -17,7 +17,7 @@ conventional FLOPs (masked tiles are skipped) and its backward executes 2.5× th
 FLOPs (it recomputes the scores), while convention counts 2× (FlashAttention-2, Dao 2023, Sec.
 4 benchmark methodology); efficiencies are relative to the executed FLOPs.
 
-Measured tables. With ``tables`` (:class:`~codesign.hardware.measured.MeasuredKernels`, loaded
+Measured tables. With ``tables`` (:class:`~codesign.measured.MeasuredKernels`, loaded
 by :meth:`ComputeModel.from_gpu` from the GPU's ``measured`` files) an operator the tables cover
 takes the interpolated measured time (the whole kernel time: no overhead is added) and
 :meth:`ComputeModel.source` reports ``"measured"``; every other operator is priced by the
@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from codesign.hardware.measured import MeasuredKernels
 from codesign.ir import Op
+from codesign.measured import MeasuredKernels
 from codesign.specs.gpu import GpuSpec
 from codesign.units import US
 

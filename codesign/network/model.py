@@ -26,7 +26,7 @@ with ``k > 1`` and degenerates to ``"auto"`` elsewhere. When the requested algor
 apply (tree all-gather, in_network without switch support) the ring is used; ``CommCost``
 reports the algorithm actually costed. all_to_all and p2p are always ``"direct"``.
 
-Measured collectives. With ``measured`` (a :class:`~codesign.hardware.measured.CollectiveTable`)
+Measured collectives. With ``measured`` (a :class:`~codesign.measured.CollectiveTable`)
 a collective whose kind, group size (and tier, where the table gives one) and size the table
 covers takes the interpolated measured time, reported as algorithm ``"measured"``; the group's
 tier is ``scale_up`` inside one scale-up domain, ``scale_out`` (one rank per domain) or ``mixed``
@@ -52,7 +52,7 @@ from codesign.specs.topology import FullFlatTopology, ScaleUpSpec, TwoTierTopolo
 from codesign.units import GB, MB, gbps_to_bytes_per_s, us_to_s
 
 if TYPE_CHECKING:
-    from codesign.hardware.measured import CollectiveTable
+    from codesign.measured import CollectiveTable
     from codesign.specs.parallel import ParallelismSpec
 
 COLLECTIVE_KINDS: tuple[str, ...] = (

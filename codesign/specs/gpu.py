@@ -40,7 +40,7 @@ class MeasuredTables(Spec):
 
     Each reference is a path relative to the directory of the YAML file that holds the GPU
     (catalog entries: the ``hardware/`` folder) or an absolute path. File formats are documented
-    in :mod:`codesign.hardware.measured`. Where a table covers an operator its interpolated
+    in :mod:`codesign.measured`. Where a table covers an operator its interpolated
     measurement replaces the roofline estimate; elsewhere the roofline is used.
     """
 
