@@ -42,3 +42,15 @@ def test_imports_point_down() -> None:
             elif own in ISOLATED and target in ISOLATED:
                 problems.append(f"{'/'.join(rel)} imports sibling model {target}")
     assert not problems, "\n".join(problems)
+
+
+def test_every_subpackage_is_listed_for_installation() -> None:
+    """pyproject lists packages explicitly (the catalogs are mapped from the repo root), so a
+    new subpackage must be added there or a non-editable install silently lacks it."""
+    import tomllib
+
+    pyproject = tomllib.loads((PKG.parent / "pyproject.toml").read_text())
+    listed = set(pyproject["tool"]["setuptools"]["packages"])
+    found = {".".join(("codesign", *p.parent.relative_to(PKG).parts))
+             for p in PKG.rglob("__init__.py")}
+    assert found <= listed, f"missing from pyproject: {sorted(found - listed)}"
