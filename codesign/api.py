@@ -21,7 +21,7 @@ from codesign.specs.model import ModelSpec
 from codesign.specs.parallel import ParallelismSpec
 from codesign.specs.run import TrainingRun
 from codesign.specs.topology import FullFlatTopology, TwoTierTopology
-from codesign.workload.dims import plan_problems
+from codesign.units import TFLOPS
 from codesign.workload.memory import memory_per_gpu
 from codesign.workload.training import TrainingGraph, build_training_graph, state_groups
 
@@ -72,9 +72,6 @@ def simulate_run(run: TrainingRun) -> TrainingReport:
             "model": run.model.name, "gpu": run.gpu.name, "topology": run.topology.name,
             "num_gpus": run.num_gpus, "plan": _plan_summary(run),
             "memory_capacity_gib": gib(run.gpu.memory_bytes)}
-    problems = plan_problems(run)
-    if problems:
-        return TrainingReport(feasible=False, reason="; ".join(problems), **base)
     try:
         graph = build_training_graph(run)
         compute = ComputeModel.from_gpu(run.gpu)
@@ -106,8 +103,8 @@ def simulate_run(run: TrainingRun) -> TrainingReport:
         mfu=graph.model_flops_per_step / (t * peak),
         hfu=graph.hardware_flops_per_step / (t * peak),
         tokens_per_s=graph.tokens_per_step / t,
-        tflops_per_gpu=graph.model_flops_per_step / t / run.num_gpus / 1e12,
-        hardware_tflops_per_gpu=graph.hardware_flops_per_step / t / run.num_gpus / 1e12,
+        tflops_per_gpu=graph.model_flops_per_step / t / run.num_gpus / TFLOPS,
+        hardware_tflops_per_gpu=graph.hardware_flops_per_step / t / run.num_gpus / TFLOPS,
         tokens_per_step=graph.tokens_per_step, num_microbatches=graph.num_microbatches,
         model_flops_per_step=graph.model_flops_per_step,
         hardware_flops_per_step=graph.hardware_flops_per_step,

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 OpKind = Literal["gemm", "attention", "memory", "comm"]
-CommKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p"]
 #: how a collective overlaps compute on the same rank:
 #: ``none`` blocking (waits for the previous compute op, the next one waits for it);
 #: ``next`` runs with the next compute op (chunked/pipelined, e.g. TP all-gather + GEMM);

@@ -134,7 +134,8 @@ class ComputeModel:
         """Roofline seconds for one compute operator, ignoring measured tables."""
         eff = self.gpu.efficiency
         overhead = eff.kernel_overhead_us * US
-        mem_time = op.bytes / (self.gpu.hbm_bandwidth_TBps * 1e12 * eff.memory_bound)
+        stream = self.gpu.hbm_bytes_per_s * eff.memory_bound  # achieved HBM bytes/s
+        mem_time = op.bytes / stream
         if op.kind == "memory":
             return mem_time + overhead
         if op.kind == "gemm":
@@ -147,7 +148,7 @@ class ComputeModel:
                 # (weights are cast once per step and their transposes cached)
                 m, _, k = op.mnk
                 cast = op.count * m * k * FP8_CAST_BYTES
-                t += cast / (self.gpu.hbm_bandwidth_TBps * 1e12 * eff.memory_bound) + overhead
+                t += cast / stream + overhead
             return t
         if op.kind == "attention":
             peak = self.gpu.peak_flops("bf16")

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from codesign.specs.base import Spec
+from codesign.units import GB, TFLOPS, MiB, tBps_to_bytes_per_s
 
 Dtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
 
@@ -109,16 +110,21 @@ class GpuSpec(Spec):
         """Device memory a framework can allocate, bytes (datasheet "80 GB" parts expose
         80 GiB: the reported total when known, else the datasheet capacity)."""
         if self.hbm_total_MiB is not None:
-            return self.hbm_total_MiB * 2.0**20
-        return self.hbm_capacity_GB * 1e9
+            return self.hbm_total_MiB * MiB
+        return self.hbm_capacity_GB * GB
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        """HBM bandwidth in bytes/s."""
+        return tBps_to_bytes_per_s(self.hbm_bandwidth_TBps)
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak in FLOP/s for ``dtype``; fp16 and bf16 stand in for each other."""
         table = self.peak_tflops
         if dtype in table:
-            return table[dtype] * 1e12
+            return table[dtype] * TFLOPS
         fallback = {"bf16": "fp16", "fp16": "bf16"}.get(dtype)
         if fallback and fallback in table:
-            return table[fallback] * 1e12
+            return table[fallback] * TFLOPS
         allowed = ", ".join(sorted(table))
         raise KeyError(f"GPU '{self.name}' has no {dtype} peak (has: {allowed})")

@@ -95,12 +95,6 @@ def fit_fraction(cases: Sequence[FixedCase], tol: float = 0.002) -> float:
     return round((lo + hi) / 2, 3)
 
 
-def fit(cases: Sequence[FixedCase]) -> dict[str, float]:
-    """``sustained_fraction`` per GPU type present in ``cases``."""
-    gpus = sorted({c.gpu for c in cases})
-    return {g: fit_fraction([c for c in cases if c.gpu == g]) for g in gpus}
-
-
 def evaluate(cases: Sequence[FixedCase], fractions: dict[str, float]) -> list[CaseResult]:
     """Per-case results with each GPU's fraction applied (1.0 where none was fitted)."""
     out = []
@@ -124,8 +118,9 @@ def source_halves(cases: Sequence[FixedCase]) -> tuple[set[str], set[str]]:
     return set(sources[0::2]), set(sources[1::2])
 
 
-def fit_parallel(cases: Sequence[FixedCase], jobs: int = 1) -> dict[str, float]:
-    """:func:`fit` with one process per GPU type (the fits are independent)."""
+def fit(cases: Sequence[FixedCase], jobs: int = 1) -> dict[str, float]:
+    """``sustained_fraction`` per GPU type present in ``cases``; with ``jobs`` > 1, one
+    process per GPU type (the fits are independent)."""
     gpus = sorted({c.gpu for c in cases})
     groups = [[c for c in cases if c.gpu == g] for g in gpus]
     if jobs <= 1 or len(groups) <= 1:
@@ -149,11 +144,11 @@ class CalibrationReport:
 def calibrate(cases: Sequence[MappedCase], jobs: int = 1) -> CalibrationReport:
     """The whole procedure of the module docstring."""
     fixed = settle(cases)
-    fractions = fit_parallel(fixed, jobs)
+    fractions = fit(fixed, jobs)
     folds = []
     half_a, half_b = source_halves(fixed)
     for train, test in ((half_a, half_b), (half_b, half_a)):
-        fitted = fit_parallel([c for c in fixed if c.source in train], jobs)
+        fitted = fit([c for c in fixed if c.source in train], jobs)
         held = evaluate([c for c in fixed if c.source in test], fitted)
         folds.append((sorted(train), fitted, held))
     return CalibrationReport(fractions, evaluate(fixed, fractions), folds)

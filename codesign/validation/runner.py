@@ -12,6 +12,7 @@ import numpy as np
 from codesign.api import simulate_run
 from codesign.report.training import TrainingReport
 from codesign.specs.run import TrainingRun
+from codesign.units import TFLOPS
 from codesign.validation.training_cases import MappedCase, Measurement, iter_cases
 
 
@@ -61,10 +62,10 @@ def predicted_metric(report: TrainingReport, run: TrainingRun, m: Measurement) -
         assert flops is not None
     else:
         flops = source_flops(run, m.flop_formula)
-    tflops = flops / t / run.num_gpus / 1e12
+    tflops = flops / t / run.num_gpus / TFLOPS
     if m.metric == "tflops_per_gpu":
         return tflops
-    return 100 * tflops * 1e12 / run.gpu.peak_flops(run.parallel.dtype)
+    return 100 * tflops * TFLOPS / run.gpu.peak_flops(run.parallel.dtype)
 
 
 def run_case(case: MappedCase,

@@ -36,8 +36,6 @@ from codesign.workload.dims import plan_problems
 
 REQUIRED_COLUMNS = ("case_id", "source", "model", "num_layers", "hidden_size", "num_heads",
                     "gpu_type", "num_gpus", "tp", "pp", "global_batch_size")
-METRIC_COLUMNS = ("iteration_time_s", "tokens_per_s_total", "tokens_per_s_per_gpu",
-                  "tflops_per_gpu", "mfu_pct")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ and gradient reduce-scatters on the data-parallel group.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from codesign.errors import InfeasiblePlan
@@ -46,12 +46,6 @@ class ChunkGraph:
     expert_params: float  # expert parameters held by the rank (after EP and ETP)
     layer_params: tuple[tuple[int, float, float], ...] = ()  # (layer, dense, expert); -1 =
     # embedding / LM head
-
-    @property
-    def signature(self) -> tuple[object, ...]:
-        """Chunks with equal signatures have identical timings (layer indices aside)."""
-        n_moe = tuple(o.name for o in self.forward if o.layer >= 0)
-        return (len(self.layers), self.first, self.last, n_moe)
 
 
 @dataclass(frozen=True)
@@ -308,7 +302,3 @@ def model_flops_per_sequence_fwd(run: TrainingRun) -> float:
         total += per_kind[moe]
     return total
 
-
-def collect(ops: Sequence[Op], kind: str) -> list[Op]:
-    """Operators of one kind (helper for reports and tests)."""
-    return [o for o in ops if o.kind == kind]
