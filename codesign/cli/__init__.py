@@ -14,43 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from codesign import __version__
-from codesign.errors import CodesignError, SpecError
-from codesign.specs.run import TrainingRun
-
-EXIT_INPUT = 2
-
-_PLAN_FLAGS: list[tuple[str, str, dict[str, Any]]] = [
-    ("--tp", "tp", {"type": int, "help": "tensor-parallel size"}),
-    ("--pp", "pp", {"type": int, "help": "pipeline-parallel size"}),
-    ("--dp", "dp", {"type": int, "help": "data-parallel size (default: GPUs / (tp·pp·cp))"}),
-    ("--cp", "cp", {"type": int, "help": "context-parallel size"}),
-    ("--ep", "ep", {"type": int, "help": "expert-parallel size (MoE; divides dp)"}),
-    ("--etp", "etp", {"type": int, "help": "expert tensor-parallel size (1 or tp)"}),
-    ("--vpp", "vpp", {"type": int, "help": "virtual pipeline chunks per rank (interleaving)"}),
-    ("--schedule", "schedule", {"choices": ["gpipe", "1f1b", "interleaved"],
-                                "help": "pipeline schedule (default: interleaved if vpp>1)"}),
-    ("--micro-batch", "micro_batch_size", {"type": int, "help": "sequences per micro-batch"}),
-    ("--global-batch", "global_batch_size", {"type": int, "help": "sequences per step"}),
-    ("--seq-len", "seq_len", {"type": int, "help": "sequence length (default: model's)"}),
-    ("--recompute", "recompute", {"choices": ["none", "selective", "full"],
-                                  "help": "activation recompute"}),
-    ("--zero", "zero_stage", {"type": int, "choices": [0, 1, 2, 3],
-                              "help": "ZeRO stage (1 = distributed optimizer, 3 = FSDP)"}),
-    ("--dtype", "dtype", {"choices": ["bf16", "fp16", "fp8"], "help": "GEMM precision"}),
-    ("--placement", "placement_order", {
-        "help": "rank placement, innermost first, comma-separated (default tp,cp,ep,dp,pp)"}),
-    ("--collective-algorithm", "collective_algorithm", {
-        "choices": ["auto", "ring", "tree", "hierarchical", "in_network"],
-        "help": "collective algorithm (default auto: fastest available)"}),
-]
-_BOOL_FLAGS = [
-    ("sp", "sequence_parallel", "sequence parallelism (with tp)"),
-    ("fsdp", "fsdp", "FSDP full sharding (= ZeRO-3)"),
-    ("flash-attention", "flash_attention", "fused (flash) attention"),
-    ("overlap-grad-reduce", "overlap_grad_reduce", "overlap DP gradient reduction with backward"),
-    ("overlap-param-gather", "overlap_param_gather", "overlap parameter all-gathers with compute"),
-    ("tp-comm-overlap", "tp_comm_overlap", "overlap TP communication with GEMMs"),
-]
+from codesign.cli import experiment_cmd, search_cmd
+from codesign.cli.common import EXIT_INPUT, add_run_flags, run_from_args
+from codesign.errors import CodesignError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -71,18 +37,9 @@ def _parser() -> argparse.ArgumentParser:
                     "(GPT-3 175B, 1,024 H100s, DGX-H100 fat-tree, TP8 PP8 VPP3, SP, GBS 1024). "
                     "Names come from the catalogs (codesign list) or are YAML/JSON file paths "
                     "(a Hugging Face config.json works for --model).")
-    sim.add_argument("--run", metavar="FILE", help="YAML run file: model, gpu, topology, "
-                     "num_gpus, parallel (flags below override it)")
-    sim.add_argument("--model", help="model name or file (default gpt3-175b)")
-    sim.add_argument("--gpu", help="GPU name or file (default h100)")
-    sim.add_argument("--topology", help="topology name or file (default: the GPU's system)")
-    sim.add_argument("--gpus", type=int, dest="num_gpus", help="number of GPUs")
-    for flag, dest, kw in _PLAN_FLAGS:
-        sim.add_argument(flag, dest=dest, **kw)
-    for flag, dest, text in _BOOL_FLAGS:
-        sim.add_argument(f"--{flag}", dest=dest, action=argparse.BooleanOptionalAction,
-                         default=None, help=text)
+    add_run_flags(sim)
     sim.add_argument("--format", choices=["table", "json"], default="table")
+    sim.set_defaults(func=cmd_simulate)
 
     val = sub.add_parser(
         "validate", help="simulate published measurements and report the error per case",
@@ -95,6 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("--plot", metavar="FILE", help="write predicted vs measured (PNG/PDF)")
     val.add_argument("--assumptions", action="store_true",
                      help="list the assumptions made for each case (table format)")
+    val.set_defaults(func=cmd_validate)
 
     cal = sub.add_parser(
         "calibrate", help="fit each GPU's sustained compute fraction to measured runs",
@@ -105,87 +63,22 @@ def _parser() -> argparse.ArgumentParser:
                     "hardware catalog; changes no file.")
     cal.add_argument("csv", metavar="PATH.csv")
     cal.add_argument("--jobs", type=int, default=0, help="processes (default: all cores)")
+    cal.set_defaults(func=cmd_calibrate)
 
     ls = sub.add_parser("list", help="list catalog entries (GPUs, topologies, models)")
     ls.add_argument("kind", nargs="?", choices=["gpus", "topologies", "models"],
                     help="one catalog (default: all)")
+    ls.set_defaults(func=cmd_list)
+    experiment_cmd.register(sub)
+    search_cmd.register(sub)
     return ap
-
-
-def _run_from_args(args: argparse.Namespace) -> TrainingRun:
-    from codesign.api import DEFAULT_RUN, build_run
-
-    plan: dict[str, Any] = {}
-    base: dict[str, Any] = {}
-    if args.run:
-        base, plan = _read_run_file(Path(args.run))
-    for _, dest, _kw in _PLAN_FLAGS:
-        v = getattr(args, dest)
-        if v is not None:
-            plan[dest] = tuple(x.strip() for x in v.split(",")) if dest == "placement_order" \
-                else v
-    for _, dest, _t in _BOOL_FLAGS:
-        v = getattr(args, dest)
-        if v is not None:
-            plan[dest] = v
-    for key in ("model", "gpu", "topology", "num_gpus"):
-        v = getattr(args, key)
-        if v is not None:
-            base[key] = v
-    if not args.run and not plan and not base:
-        return build_run(**DEFAULT_RUN)
-    if "num_gpus" not in base and not args.run and plan.get("dp") is None:
-        base["num_gpus"] = DEFAULT_RUN["num_gpus"]  # the default cluster size
-    return build_run(**base, **plan)
-
-
-def _read_run_file(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    from codesign.specs.catalog import read_data_file
-
-    data = read_data_file(path)
-    if not isinstance(data, dict):
-        raise SpecError(f"{path}: a run file is a mapping with model, gpu, topology, "
-                        "num_gpus, parallel")
-    allowed = {"model", "gpu", "topology", "num_gpus", "parallel"}
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        names = ", ".join(sorted(allowed))
-        raise SpecError(f"{path}: unknown field '{unknown[0]}'; allowed: {names}")
-    base = {k: data[k] for k in ("model", "gpu", "topology", "num_gpus") if k in data}
-    for key, parse in (("model", "ModelSpec"), ("gpu", "GpuSpec"), ("topology", "Topology")):
-        value = base.get(key)
-        if isinstance(value, dict):
-            base[key] = _inline_spec(parse, value, f"{path}: {key}")
-        elif key in base and not isinstance(value, str):
-            raise SpecError(f"{path}: {key}: must be a catalog name, a file path or an inline "
-                            f"mapping, got {type(value).__name__}")
-    if "num_gpus" in base and (isinstance(base["num_gpus"], bool)
-                               or not isinstance(base["num_gpus"], int)):
-        raise SpecError(f"{path}: num_gpus: must be a whole number >= 1, "
-                        f"got {base['num_gpus']!r}")
-    plan = data.get("parallel") or {}
-    if not isinstance(plan, dict):
-        raise SpecError(f"{path}: parallel must be a mapping of plan settings")
-    return base, dict(plan)
-
-
-def _inline_spec(kind: str, data: dict[str, Any], origin: str) -> Any:
-    from codesign.specs.catalog import parse_topology
-    from codesign.specs.gpu import GpuSpec
-    from codesign.specs.model import ModelSpec
-
-    if kind == "ModelSpec":
-        return ModelSpec.parse(data, origin)
-    if kind == "GpuSpec":
-        return GpuSpec.parse(data, origin)
-    return parse_topology(data, origin)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from codesign.api import simulate_run
     from codesign.report import format_table
 
-    report = simulate_run(_run_from_args(args))
+    report = simulate_run(run_from_args(args))
     if args.format == "json":
         print(json.dumps(report.to_dict(), indent=2))
     elif report.feasible:
@@ -277,13 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        if args.command == "simulate":
-            return cmd_simulate(args)
-        if args.command == "validate":
-            return cmd_validate(args)
-        if args.command == "calibrate":
-            return cmd_calibrate(args)
-        return cmd_list(args)
+        return int(args.func(args))
     except CodesignError as exc:
         print(f"codesign: error: {exc}", file=sys.stderr)
         return EXIT_INPUT
@@ -296,6 +183,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
