@@ -1,0 +1,1 @@
+"""Batching schedulers, one module each, behind a registry."""
