@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from codesign import __version__
-from codesign.cli import experiment_cmd, search_cmd, serve_cmd
+from codesign.cli import experiment_cmd, search_cmd, serve_cmd, trace_cmd
 from codesign.cli.common import EXIT_INPUT, add_run_flags, run_from_args
 from codesign.errors import CodesignError
 
@@ -72,6 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     experiment_cmd.register(sub)
     search_cmd.register(sub)
     serve_cmd.register(sub)
+    trace_cmd.register(sub)
     return ap
 
 

@@ -1,0 +1,1 @@
+"""Traces: Chakra execution-trace export and reader (ASTRA-sim), Chrome/Perfetto timelines."""
