@@ -46,8 +46,11 @@ def _parser() -> argparse.ArgumentParser:
         description="Read a CSV with the columns of shared/validation/training_cases.csv, "
                     "simulate every row whose configuration is complete enough, and compare "
                     "with what it measured (iteration time, tokens/s, TFLOP/s per GPU or MFU, "
-                    "converted with the source's own FLOP formula).")
-    val.add_argument("csv", metavar="PATH.csv", help="measurements (training rows)")
+                    "converted with the source's own FLOP formula). A CSV with a serving_mode "
+                    "column (shared/validation/inference_cases.csv) holds inference rows: "
+                    "static-batch throughput, time to first token, in-flight-batching "
+                    "throughput.")
+    val.add_argument("csv", metavar="PATH.csv", help="measurements (training or inference rows)")
     val.add_argument("--format", choices=["table", "json"], default="table")
     val.add_argument("--plot", metavar="FILE", help="write predicted vs measured (PNG/PDF)")
     val.add_argument("--assumptions", action="store_true",

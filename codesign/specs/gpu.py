@@ -90,6 +90,8 @@ class GpuSpec(Spec):
     )
     default_topology: str = Field(description="catalog topology of this GPU's usual system")
     tdp_W: float | None = Field(default=None, gt=0, description="board power, W")
+    price_usd_per_hour: float | None = Field(
+        default=None, gt=0, description="cloud rental price per GPU, USD/hour (cite it)")
     efficiency: ComputeEfficiency
     sources: dict[str, str] = Field(default_factory=dict, description="field -> citation")
     measured: MeasuredTables | None = Field(

@@ -10,10 +10,12 @@ from typing import Any
 import numpy as np
 
 from codesign.api import simulate_run
+from codesign.errors import InfeasiblePlan
 from codesign.report.training import TrainingReport
 from codesign.specs.run import TrainingRun
 from codesign.units import TFLOPS
-from codesign.validation.training_cases import MappedCase, Measurement, iter_cases
+from codesign.validation import inference_cases as inf
+from codesign.validation.training_cases import MappedCase, Measurement, Unsupported, iter_cases
 
 
 @dataclass(frozen=True)
@@ -128,9 +130,46 @@ def summarize(results: Iterable[CaseResult]) -> dict[str, Any]:
     }
 
 
+def run_inference_case(case: inf.InferenceCase) -> CaseResult:
+    """Predict one inference case (see :mod:`codesign.validation.inference_cases`)."""
+    src = short_source(case.source)
+    try:
+        pred, notes = inf.predict(case)
+    except InfeasiblePlan as exc:
+        return CaseResult(case.case_id, src, case.metric, case.value, None, None, "infeasible",
+                          reason=str(exc), assumptions=list(case.assumptions))
+    except (Unsupported, ValueError) as exc:
+        return CaseResult(case.case_id, src, case.metric, case.value, None, None,
+                          "unsupported", reason=str(exc), assumptions=list(case.assumptions))
+    return CaseResult(case.case_id, src, case.metric, case.value, pred,
+                      100.0 * (pred - case.value) / case.value, "ok",
+                      assumptions=[*case.assumptions, *notes])
+
+
+def run_inference_csv(path: Path) -> list[CaseResult]:
+    """Every row of an inference CSV as a :class:`CaseResult` (never raises per row)."""
+    results = []
+    for row, case in inf.iter_cases(path):
+        if isinstance(case, str):
+            results.append(unsupported(row, case))
+            continue
+        try:
+            results.append(run_inference_case(case))
+        except Exception as exc:  # a failing case is a row, never the end of the run
+            results.append(CaseResult(case.case_id, short_source(case.source), case.metric,
+                                      case.value, None, None, "unsupported",
+                                      reason=f"{type(exc).__name__}: {exc}"))
+    return results
+
+
 def run_csv(path: Path,
             simulate: Callable[[TrainingRun], TrainingReport] = simulate_run) -> list[CaseResult]:
-    """Every row of a measurement CSV as a :class:`CaseResult` (never raises per row)."""
+    """Every row of a measurement CSV as a :class:`CaseResult` (never raises per row).
+
+    A CSV with a ``serving_mode`` column holds inference rows (the columns of
+    ``shared/validation/inference_cases.csv``); any other, training rows."""
+    if inf.is_inference_csv(path):
+        return run_inference_csv(path)
     results = []
     for row, case in iter_cases(path):
         if isinstance(case, str):

@@ -99,7 +99,7 @@ def bind_dims(run: TrainingRun, unsharded: bool = False) -> dict[str, float]:
     e_gemm = 1.0 if p.dtype == "fp8" else 2.0
     env: dict[str, float] = {
         "b": mbs, "T": tokens, "Tsp": tokens / tp if sp else tokens, "S": seq,
-        "h": m.hidden_size, "e": 2.0, "eg": e_gemm, "tok_e": e_gemm,
+        "h": m.hidden_size, "e": 2.0, "eg": e_gemm, "tok_e": e_gemm, "ew": e_gemm, "ekv": 2.0,
         "a_t": m.num_heads / tp, "g_t": max(m.kv_heads / tp, 1.0), "d": m.dim_per_head,
         "f_t": m.ffn_hidden_size / tp, "gm": 2.0 if m.mlp == "gated" else 1.0,
         "V_t": m.vocab_size / tp,

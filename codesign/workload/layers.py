@@ -8,6 +8,8 @@ Dimension names bound by :func:`codesign.workload.dims.bind_dims` (per rank, per
 ``S``       key/value sequence length seen by attention (full sequence, CP gathers keys)
 ``b``       micro-batch size (sequences)
 ``h``       hidden size;  ``e`` activation bytes/element (2);  ``eg`` GEMM input bytes
+``ew``      GEMM weight bytes/element (training: ``eg``);  ``ekv`` K/V bytes/element as
+            attention reads them (training: ``e``; inference: the KV-cache dtype)
 ``a_t``     query heads per TP rank;  ``g_t`` KV heads per TP rank (≥ 1);  ``d`` head dim
 ``f_t``     dense MLP inner size per TP rank;  ``gm`` 2 for gated MLPs, else 1
 ``V_t``     vocabulary per TP rank
@@ -31,6 +33,7 @@ T, Tsp, S, b, h, e, eg = syms("T Tsp S b h e eg")
 a_t, g_t, d, f_t, gm, V_t = syms("a_t g_t d f_t gm V_t")
 ql, kvl, dn, dr, dv = syms("ql kvl dn dr dv")
 E, E_l, k, fe_t, Tx, Td, fs_t, etp = syms("E E_l k fe_t Tx Td fs_t etp")
+ew, ekv = syms("ew ekv")  # bytes per weight element; per cached K/V element
 TOKEN_BYTES = Sym("tok_e")  # bytes per element of dispatched tokens
 
 
@@ -47,6 +50,7 @@ class LayerStructure:
     shared_experts: bool = False
     expert_tp: bool = False  # expert weights split over the TP group (etp == tp > 1)
     tp_overlap: bool = False
+    mla_absorb: bool = False  # inference: MLA attention over the compressed latent KV
 
 
 def _tp_in(name: str, st: LayerStructure, size: object) -> OpTemplate:
@@ -74,23 +78,35 @@ def attention_block(st: LayerStructure) -> list[OpTemplate]:
     if st.mla:
         dqk = dn + dr
         if st.q_lora:
-            ops += [gemm("q_down", T, ql, h, saved=Tsp * h * e, e_in=eg, e_out=e),
+            ops += [gemm("q_down", T, ql, h, saved=Tsp * h * e, e_in=eg, e_out=e, e_w=ew),
                     memory("q_norm", 2 * T * ql * e, saved=T * ql * e),
-                    gemm("q_up", T, a_t * dqk, ql, saved=T * ql * e, e_in=eg, e_out=e)]
+                    gemm("q_up", T, a_t * dqk, ql, saved=T * ql * e, e_in=eg, e_out=e, e_w=ew)]
         else:
-            ops.append(gemm("q_proj", T, a_t * dqk, h, saved=Tsp * h * e, e_in=eg, e_out=e))
-        ops += [gemm("kv_down", T, kvl + dr, h, saved=0, e_in=eg, e_out=e),
+            ops.append(gemm("q_proj", T, a_t * dqk, h, saved=Tsp * h * e, e_in=eg, e_out=e,
+                            e_w=ew))
+        ops += [gemm("kv_down", T, kvl + dr, h, saved=0, e_in=eg, e_out=e, e_w=ew),
                 memory("kv_norm", 2 * T * kvl * e, saved=T * kvl * e),
-                gemm("kv_up", T, a_t * (dn + dv), kvl, saved=T * kvl * e, e_in=eg, e_out=e),
+                gemm("kv_up", T, a_t * (dn + dv), kvl, saved=T * kvl * e, e_in=eg, e_out=e,
+                     e_w=ew),
                 ]
-        q_bytes, kv_bytes, o_dim = T * a_t * dqk * e, b * S * a_t * (dqk + dv) * e, a_t * dv
-        attn_flops = 2 * T * S * a_t * (dqk + dv)
+        if st.mla_absorb:
+            # weight-absorbed MLA (DeepSeek-V2 Sec. 2.1.2; FlashMLA): queries are projected into
+            # the latent space (the kv_up GEMM stands for the absorbed W_UK / W_UV products:
+            # same weights, same FLOPs), attention reads the compressed latent (kvl + dr) per
+            # key like MQA with one KV head and computes scores over kvl + dr, values over kvl
+            head_k = kvl + dr
+            q_bytes, kv_bytes, o_dim = T * a_t * head_k * e, b * S * head_k * ekv, a_t * dv
+            attn_flops = 2 * T * S * a_t * (head_k + kvl)
+        else:
+            q_bytes, kv_bytes, o_dim = (T * a_t * dqk * e, b * S * a_t * (dqk + dv) * ekv,
+                                        a_t * dv)
+            attn_flops = 2 * T * S * a_t * (dqk + dv)
         kv_size = b * S * (kvl + dr) * e  # CP exchanges the compressed latent KV
     else:
         ops += [gemm("qkv_proj", T, (a_t + 2 * g_t) * d, h, saved=Tsp * h * e,
-                     e_in=eg, e_out=e),
+                     e_in=eg, e_out=e, e_w=ew),
                 ]
-        q_bytes, kv_bytes, o_dim = T * a_t * d * e, b * S * 2 * g_t * d * e, a_t * d
+        q_bytes, kv_bytes, o_dim = T * a_t * d * e, b * S * 2 * g_t * d * ekv, a_t * d
         attn_flops = 4 * T * S * a_t * d
         kv_size = b * S * 2 * g_t * d * e
     # Q, K, V as attention reads them (after RoPE) are saved for backward, also under
@@ -104,7 +120,7 @@ def attention_block(st: LayerStructure) -> list[OpTemplate]:
             name="attention", kind="attention", flops=attn_flops,
             bytes=q_bytes + kv_bytes + T * o_dim * e, saved=b * a_t * (T / b) * 4,
             attn_core=True, causal=True, precision="bf16",
-            attn=(b * a_t, S, (dn + dr) if st.mla else d)))
+            attn=(b * a_t, S, ((kvl + dr) if st.mla_absorb else (dn + dr)) if st.mla else d)))
     else:  # unfused: score matrix materialized (Korthikanti et al. 2022: 5·a·s²·b bytes)
         scores = b * a_t * (T / b) * S
         half = attn_flops / 2
@@ -119,7 +135,7 @@ def attention_block(st: LayerStructure) -> list[OpTemplate]:
                        bytes=scores * e + kv_bytes / 2 + T * o_dim * e, saved=lift(0),
                        attn_core=True, precision="bf16"),
         ]
-    ops += [gemm("out_proj", T, h, o_dim, saved=T * o_dim * e, e_in=eg, e_out=e),
+    ops += [gemm("out_proj", T, h, o_dim, saved=T * o_dim * e, e_in=eg, e_out=e, e_w=ew),
             _tp_out("attn_tp_out", st, T * h * e),
             memory("attn_residual", 3 * Tsp * h * e, saved=Tsp * h * e / 2)]
     return ops
@@ -130,9 +146,9 @@ def dense_mlp_block(st: LayerStructure, inner: Sym = f_t, prefix: str = "mlp") -
     return [
         memory(f"{prefix}_norm", 2 * Tsp * h * e, saved=Tsp * h * e),
         _tp_in(f"{prefix}_tp_in", st, T * h * e),
-        gemm(f"{prefix}_up", T, gm * inner, h, saved=Tsp * h * e, e_in=eg, e_out=e),
+        gemm(f"{prefix}_up", T, gm * inner, h, saved=Tsp * h * e, e_in=eg, e_out=e, e_w=ew),
         memory(f"{prefix}_act", (gm + 1) * T * inner * e, saved=gm * T * inner * e),
-        gemm(f"{prefix}_down", T, h, inner, saved=T * inner * e, e_in=eg, e_out=e),
+        gemm(f"{prefix}_down", T, h, inner, saved=T * inner * e, e_in=eg, e_out=e, e_w=ew),
         _tp_out(f"{prefix}_tp_out", st, T * h * e),
         memory(f"{prefix}_residual", 3 * Tsp * h * e, saved=Tsp * h * e / 2),
     ]
@@ -148,10 +164,10 @@ def moe_block(st: LayerStructure) -> list[OpTemplate]:
         ops.append(comm("expert_tp_in", "all_gather", "reduce_scatter", "tp", Tx * h * e))
     ops += [
         # grouped GEMM: one kernel per local expert over its Tx / E_l routed tokens
-        gemm("expert_up", Tx / E_l, gm * fe_t, h, saved=Tx * h * e, e_in=eg, e_out=e,
+        gemm("expert_up", Tx / E_l, gm * fe_t, h, saved=Tx * h * e, e_in=eg, e_out=e, e_w=ew,
              count=E_l),
         memory("expert_act", (gm + 1) * Tx * fe_t * e, saved=gm * Tx * fe_t * e),
-        gemm("expert_down", Tx / E_l, h, fe_t, saved=Tx * fe_t * e, e_in=eg, e_out=e,
+        gemm("expert_down", Tx / E_l, h, fe_t, saved=Tx * fe_t * e, e_in=eg, e_out=e, e_w=ew,
              count=E_l),
     ]
     if st.expert_tp:
@@ -161,9 +177,9 @@ def moe_block(st: LayerStructure) -> list[OpTemplate]:
     if st.shared_experts:
         ops += [
             _tp_in("shared_tp_in", st, T * h * e),
-            gemm("shared_up", T, gm * fs_t, h, saved=0, e_in=eg, e_out=e),
+            gemm("shared_up", T, gm * fs_t, h, saved=0, e_in=eg, e_out=e, e_w=ew),
             memory("shared_act", (gm + 1) * T * fs_t * e, saved=gm * T * fs_t * e),
-            gemm("shared_down", T, h, fs_t, saved=T * fs_t * e, e_in=eg, e_out=e),
+            gemm("shared_down", T, h, fs_t, saved=T * fs_t * e, e_in=eg, e_out=e, e_w=ew),
             _tp_out("shared_tp_out", st, T * h * e),
         ]
     ops.append(memory("moe_residual", 3 * Tsp * h * e, saved=0))

@@ -53,13 +53,19 @@ class OpTemplate:
 
 
 def gemm(name: str, m: ExprLike, n: ExprLike, k: ExprLike, saved: ExprLike, e_in: ExprLike,
-         e_out: ExprLike, weight_grad: bool = True, count: ExprLike = 1) -> OpTemplate:
+         e_out: ExprLike, weight_grad: bool = True, count: ExprLike = 1,
+         e_w: ExprLike | None = None) -> OpTemplate:
     """``count`` GEMMs C[m,n] = A[m,k] B[k,n]: 2mnk FLOPs each, each reads A and B, writes C
-    (``count`` > 1: a grouped GEMM, one kernel per expert)."""
+    (``count`` > 1: a grouped GEMM, one kernel per expert). A (activations) is read at ``e_in``
+    bytes per element, B (the weight) at ``e_w`` (default ``e_in``), C written at ``e_out``."""
     m_, n_, k_, c_ = lift(m), lift(n), lift(k), lift(count)
+    if e_w is None:
+        nbytes = ((m_ * k_ + k_ * n_) * e_in + m_ * n_ * e_out) * c_
+    else:
+        nbytes = (m_ * k_ * e_in + k_ * n_ * e_w + m_ * n_ * e_out) * c_
     return OpTemplate(
         name=name, kind="gemm", flops=2 * m_ * n_ * k_ * c_,
-        bytes=((m_ * k_ + k_ * n_) * e_in + m_ * n_ * e_out) * c_, saved=lift(saved),
+        bytes=nbytes, saved=lift(saved),
         mnk=(m_, n_, k_), weight_grad=weight_grad, count=None if count == 1 else c_,
     )
 

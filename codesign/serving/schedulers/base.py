@@ -1,0 +1,108 @@
+"""What every batching scheduler provides, and the admission helpers they share.
+
+A scheduler owns the policy of one replica (:class:`~codesign.serving.engine.Instance`):
+which waiting sequences to admit, how many prefill tokens each step carries, whether running
+sequences decode, and whom to preempt. The replica owns the mechanism: the queue, the KV-block
+pool, decode bookkeeping and the step loop. ``schedule`` is called whenever the replica is
+free and returns a :class:`~codesign.serving.engine.StepPlan`, or ``None`` to sleep until a
+sequence arrives (or :meth:`Scheduler.idle_wait_s` passes).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from codesign.serving.engine import RECEIVING, Instance, Seq, StepPlan, blocks_for
+
+
+class Scheduler:
+    """Base class: subclasses set ``name`` and implement :meth:`schedule`."""
+
+    name: ClassVar[str] = "base"
+
+    def __init__(self, inst: Instance, settings: Any) -> None:
+        self.inst = inst
+        self.settings = settings
+        inst.scheduler = self
+        frac = float(getattr(settings, "watermark_fraction", 0.0))
+        self.watermark = int(frac * inst.total_blocks)
+        inst.max_seq_blocks = inst.total_blocks - self.watermark
+
+    def schedule(self) -> StepPlan | None:
+        """The next step, or ``None`` when there is nothing to run."""
+        raise NotImplementedError
+
+    def after_prefill(self, seq: Seq) -> None:
+        """``seq`` produced its first token and has more to generate: decode it here."""
+        self.inst.join_decode(seq)
+
+    def after_step(self, plan: StepPlan) -> None:
+        """Hook after a step has been applied."""
+
+    def idle_wait_s(self) -> float | None:
+        """While idle with work queued, wake after this many seconds (``None``: on arrival)."""
+        return None
+
+    # --- shared helpers ------------------------------------------------------------------
+
+    def admit_remote(self, seq: Seq) -> bool:
+        """Admit a handed-off sequence (KV arriving from a prefill engine): reserve its
+        blocks and start the transfer. ``False`` when the blocks are not free."""
+        inst = self.inst
+        need = blocks_for(seq.pf_total, inst.B)
+        if inst.free_blocks - need < self.watermark:
+            return False
+        inst.waiting.popleft()
+        inst.admit(seq, RECEIVING)
+        inst.alloc(need)
+        seq.blocks = need
+        if inst.receiver is None:
+            raise RuntimeError(f"{inst.name}: received a handed-off sequence but has no "
+                               "KV receiver")
+        inst.receiver(seq, inst)
+        return True
+
+    def admit_whole_prompts(self, max_tokens: int) -> StepPlan | None:
+        """vLLM-style prefill admission: whole prompts in arrival order while their KV
+        blocks (plus the watermark) are free and the step stays within ``max_tokens``
+        (one longer prompt is allowed alone)."""
+        inst = self.inst
+        waiting = inst.waiting
+        chunks: list[tuple[Seq, int]] = []
+        args: list[tuple[int, int]] = []
+        tokens = 0
+        while waiting and len(inst.admitted) < inst.max_num_seqs:
+            seq = waiting[0]
+            if seq.remote_kv:
+                if not self.admit_remote(seq):
+                    break
+                continue
+            n = seq.pf_total - seq.cached
+            if chunks and tokens + n > max_tokens:
+                break
+            need = blocks_for(seq.pf_total, inst.B)
+            if inst.free_blocks - need < self.watermark:
+                break
+            waiting.popleft()
+            inst.admit(seq)
+            inst.alloc(need)
+            seq.blocks = need
+            chunks.append((seq, n))
+            args.append((n, seq.cached))
+            tokens += n
+        if chunks:
+            return StepPlan(chunks, args, False)
+        return None
+
+    def decode_step(self) -> StepPlan | None:
+        """Decode every running sequence, preempting the latest admitted for KV blocks."""
+        inst = self.inst
+        if not inst.decoding:
+            return None
+        need = inst.decode_blocks_needed()
+        if need > inst.free_blocks:
+            need = inst.preempt_for(need)
+        inst.alloc(need)
+        if not inst.decoding:
+            return None
+        return StepPlan([], [], True)

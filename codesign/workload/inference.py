@@ -1,0 +1,505 @@
+"""Inference workload: the forward operators of a prefill / decode step, bound from the same
+layer templates as training (:mod:`codesign.workload.layers`).
+
+A step is one forward pass of an engine over a mixed batch: prefill chunks ``(n, c)`` (``n``
+new prompt tokens of a request that already has ``c`` tokens cached) and decoding requests
+(one new token each, attending to ``L`` cached tokens plus itself). Its shape is summarized by
+a :class:`StepShape` of sums; every operator's FLOPs and bytes are exact functions of them.
+
+Binding (per GPU of one attention replica; an engine has ``ep`` replicas of ``tp × pp`` GPUs,
+each with ``1/ep`` of the requests, see :mod:`codesign.specs.inference`):
+
+* **Token GEMMs, norms, elementwise kernels** take ``T`` = the replica's new tokens. GEMM
+  bytes count activations at the GEMM dtype, the **weight at the weight dtype** (template
+  dimension ``ew``), outputs at 2 B: at small batch the weight read dominates and decode is
+  memory-bound. The quantization of activations is fused into the producing kernel
+  (TensorRT-LLM), so no separate cast kernel is priced (``role=""``).
+* **Attention** is bound per part with the template's own expressions, choosing ``b``, ``S``
+  and ``T`` so that FLOPs = ``4·a·d·Σ(query·key pairs)`` and K/V bytes = ``Σ keys read ×
+  2·kv_heads·d × KV dtype`` hold exactly: *decode* (one query per request over ``L + 1`` keys,
+  nothing masked), *prefill self* (``n × n`` causal: the compute model executes half) and
+  *prefill context* (``n`` queries over ``c`` cached keys, nothing masked). ``ekv`` is the
+  KV-cache dtype, so decode attention reads ``L × 2 × kv_heads × head_dim × bytes`` per layer
+  per request. MLA decode and context parts use the weight-absorbed form (latent ``kvl + dr``
+  per key read once, MQA-like); MLA self-attention of new tokens the expanded form. With
+  ``decode_attention="per_head"`` (a decode kernel without GQA sharing) the decode part reads
+  each group's K/V once per query head: ``a/kv_heads`` times the bytes.
+* **KV writes**: the template's ``rope`` kernel reads Q, K and writes Q and the new K/V, at
+  ``ekv`` bytes for K/V, i.e. the KV-cache append (TensorRT-LLM fuses both).
+* **MoE**: ``Tx = T·top_k`` routed copies per replica (``T·top_k/E`` tokens per expert per
+  replica, balanced routing); the grouped expert GEMM runs once per *activated* local expert,
+  ``E_l·(1 − (1 − top_k/E)^(T·ep))`` of the ``E_l = E/ep`` local experts (expected number hit
+  by the engine's ``T·ep`` tokens under uniform routing), so decode at small batch reads only
+  the weights of the experts it uses. The expert GEMMs of a layer run as one grouped-GEMM
+  kernel (one launch: vLLM's fused_moe Triton kernel, TensorRT-LLM's CUTLASS MoE GEMM), so
+  the operator keeps its totals with ``count = 1`` and the per-expert ``m × n × k`` that sets
+  the tile efficiency. ``ep`` > 1: all-to-all dispatch and combine on the EP
+  group (template). ``ep`` = 1, ``tp`` > 1 (MoE tensor parallelism): tokens are already
+  replicated on the TP ranks, so the expert TP all-gather is dropped and the partial expert
+  outputs are summed by one all-reduce of ``T × h``.
+* **Collectives**: one TP all-reduce after attention and one after the MLP (Megatron *g*; no
+  sequence parallelism in inference), the vocabulary-parallel embedding all-reduce, a
+  pipeline p2p of ``T × h`` activations between stages.
+* **Head**: only the last token of each request is projected to logits (``sequences`` rows,
+  fp32), gathered over TP and read once by sampling. No loss.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from codesign.ir import Op
+from codesign.specs.inference import DTYPE_BYTES, InferencePlan
+from codesign.specs.model import ModelSpec
+from codesign.workload import params as P
+from codesign.workload.layers import (
+    LayerStructure,
+    embedding_template,
+    head_template,
+    layer_template,
+)
+from codesign.workload.ops import OpTemplate, comm, evaluate, memory
+from codesign.workload.symbolic import Sym
+
+#: activation bytes per element (bf16) outside GEMM inputs
+ACT_BYTES = 2.0
+#: logits are produced and sampled in fp32
+LOGIT_BYTES = 4.0
+#: weights that stay in 16-bit under FP8/FP4 quantization: embeddings, LM head, norms and the
+#: MoE router (NVIDIA ModelOpt checkpoints exclude ``lm_head`` from quantization)
+UNQUANTIZED_BYTES = 2.0
+#: GEMMs over those 16-bit weights run in bf16
+UNQUANTIZED_GEMMS = frozenset({"router", "logits"})
+
+_T, _V = Sym("T"), Sym("V")
+#: inference-only head operators: sampling reads the gathered fp32 logits once; the logits of
+#: the vocabulary-parallel LM head are gathered over TP (all-gather output size T·V·4)
+_SAMPLING = memory("sampling", _T * _V * LOGIT_BYTES)
+_LOGITS_GATHER = comm("logits_gather", "all_gather", None, "tp", _T * _V * LOGIT_BYTES)
+
+
+@dataclass(slots=True)
+class StepShape:
+    """Aggregate shape of one engine step (sums over the whole engine, all replicas).
+
+    Attributes:
+        tokens: new tokens in the step: prefill chunk tokens + one per decoding request.
+        sequences: requests in the step (one row of logits each).
+        decode: decoding requests.
+        decode_keys: Σ (L + 1) over decoding requests: keys attended (cached + the new one).
+        prefill_tokens: Σ n over prefill chunks.
+        prefill_sq: Σ n² (query·key pairs of the causal self part, counted in full).
+        prefill_ctx_pairs: Σ n·c (queries of a chunk × its cached keys).
+        prefill_ctx_keys: Σ c (cached keys read by prefill chunks).
+    """
+
+    tokens: float = 0.0
+    sequences: float = 0.0
+    decode: float = 0.0
+    decode_keys: float = 0.0
+    prefill_tokens: float = 0.0
+    prefill_sq: float = 0.0
+    prefill_ctx_pairs: float = 0.0
+    prefill_ctx_keys: float = 0.0
+
+    @classmethod
+    def of(cls, prefill: Iterable[tuple[int, int]] = (),
+           decode: Sequence[int] = ()) -> StepShape:
+        """Shape of a batch: ``prefill`` = (new tokens, cached tokens) per chunk; ``decode`` =
+        cached context length per decoding request."""
+        n_pre = n_tok = sq = pairs = ctx = 0.0
+        for n, c in prefill:
+            n_pre += 1
+            n_tok += n
+            sq += n * n
+            pairs += n * c
+            ctx += c
+        nd = float(len(decode))
+        keys = float(sum(decode)) + nd
+        return cls(tokens=n_tok + nd, sequences=n_pre + nd, decode=nd, decode_keys=keys,
+                   prefill_tokens=n_tok, prefill_sq=sq, prefill_ctx_pairs=pairs,
+                   prefill_ctx_keys=ctx)
+
+    @classmethod
+    def mixed(cls, prefill: Iterable[tuple[int, int]], decode: float,
+              context_sum: float) -> StepShape:
+        """``prefill`` chunks plus ``decode`` decoding requests whose cached contexts sum to
+        ``context_sum`` (the same sums as listing the contexts)."""
+        shape = cls.of(prefill, ())
+        shape.tokens += decode
+        shape.sequences += decode
+        shape.decode = decode
+        shape.decode_keys = context_sum + decode
+        return shape
+
+    @classmethod
+    def prefill_batch(cls, batch: float, input_len: float) -> StepShape:
+        """``batch`` fresh prompts of ``input_len`` tokens (nothing cached)."""
+        return cls(tokens=batch * input_len, sequences=batch, prefill_tokens=batch * input_len,
+                   prefill_sq=batch * input_len * input_len)
+
+    @classmethod
+    def decode_batch(cls, batch: float, context: float) -> StepShape:
+        """``batch`` requests decoding one token each after ``context`` cached tokens."""
+        return cls(tokens=batch, sequences=batch, decode=batch,
+                   decode_keys=batch * (context + 1.0))
+
+    def __add__(self, other: StepShape) -> StepShape:
+        return StepShape(*(a + b for a, b in zip(self._tuple(), other._tuple(), strict=True)))
+
+    def _tuple(self) -> tuple[float, ...]:
+        return (self.tokens, self.sequences, self.decode, self.decode_keys, self.prefill_tokens,
+                self.prefill_sq, self.prefill_ctx_pairs, self.prefill_ctx_keys)
+
+
+@dataclass(frozen=True)
+class AttentionPart:
+    """One attention kernel's workload on a replica: ``queries`` new tokens, ``pairs``
+    query·key pairs (full, before causal masking), ``keys`` K/V rows read."""
+
+    name: str
+    queries: float
+    pairs: float
+    keys: float
+    causal: bool
+    absorbed: bool  # MLA weight-absorbed form
+
+
+def inference_problems(model: ModelSpec, plan: InferencePlan,
+                       peaks: Collection[str] | None = None) -> list[str]:
+    """Every reason ``plan`` cannot serve ``model`` (empty when it can); no memory check.
+
+    ``peaks``: the dtypes the GPU has a dense peak for, to check that the GEMM dtype exists.
+    """
+    out: list[str] = []
+    tp = plan.tp
+    if model.num_heads % tp:
+        out.append(f"tp {tp} does not divide num_heads {model.num_heads}")
+    kv = model.kv_heads
+    if model.mla is None and kv % tp and tp % kv:
+        out.append(f"tp {tp} and num_kv_heads {kv}: one must divide the other")
+    if model.ffn_hidden_size % tp:
+        out.append(f"tp {tp} does not divide ffn_hidden_size {model.ffn_hidden_size}")
+    if plan.pp > model.num_layers:
+        out.append(f"pp {plan.pp} exceeds num_layers {model.num_layers}")
+    if model.moe is not None:
+        if model.moe.num_experts % plan.ep:
+            out.append(f"ep {plan.ep} does not divide num_experts {model.moe.num_experts}")
+        if model.moe.expert_ffn_hidden_size % tp:
+            out.append(f"tp {tp} does not divide expert_ffn_hidden_size "
+                       f"{model.moe.expert_ffn_hidden_size}")
+    elif plan.ep > 1:
+        out.append(f"ep {plan.ep} > 1 needs an MoE model; {model.name} is dense")
+    if peaks is not None:
+        dtype = plan.gemm_dtype(peaks)
+        sixteen = {"bf16", "fp16"}
+        if dtype not in peaks and not (dtype in sixteen and sixteen & set(peaks)):
+            out.append(f"compute dtype {dtype} is not supported by the GPU "
+                       f"(has {', '.join(sorted(peaks))})")
+    return out
+
+
+def stage_layers(num_layers: int, pp: int) -> list[range]:
+    """Layers of each pipeline stage: as even as possible, extra layers to the middle stages
+    (which carry neither the embedding nor the LM head), as in training."""
+    base, extra = divmod(num_layers, pp)
+    counts = [base] * pp
+    order = sorted(range(pp), key=lambda v: (abs(v - (pp - 1) / 2), v))
+    for v in order[:extra]:
+        counts[v] += 1
+    out, start = [], 0
+    for c in counts:
+        out.append(range(start, start + c))
+        start += c
+    return out
+
+
+class InferenceWorkload:
+    """The bound inference operators of one model on one plan (per GPU of a replica).
+
+    Build once per (model, plan, GEMM dtype); the ``*_ops`` methods bind the cached templates
+    to a token count in microseconds. Raises ``ValueError`` listing every problem of an
+    infeasible plan (see :func:`inference_problems`).
+    """
+
+    def __init__(self, model: ModelSpec, plan: InferencePlan, gemm_dtype: str = "bf16") -> None:
+        problems = inference_problems(model, plan)
+        if problems:
+            raise ValueError("; ".join(problems))
+        self.model, self.plan, self.gemm_dtype = model, plan, gemm_dtype
+        m, tp, ep = model, plan.tp, plan.ep
+        self.group_sizes = {"tp": tp, "ep": ep, "pp": plan.pp}
+        e_gemm = DTYPE_BYTES[gemm_dtype]
+        env: dict[str, float] = {
+            "b": 1.0, "T": 1.0, "Tsp": 1.0, "S": 1.0, "h": m.hidden_size, "e": ACT_BYTES,
+            "eg": e_gemm, "tok_e": e_gemm, "ew": plan.weight_bytes, "ekv": plan.kv_bytes,
+            "a_t": m.num_heads / tp, "g_t": max(m.kv_heads / tp, 1.0), "d": m.dim_per_head,
+            "f_t": m.ffn_hidden_size / tp, "gm": 2.0 if m.mlp == "gated" else 1.0,
+            "V_t": m.vocab_size / tp, "V": float(m.vocab_size),
+            "ql": 0.0, "kvl": 0.0, "dn": 0.0, "dr": 0.0, "dv": 0.0,
+            "E": 1.0, "E_l": 1.0, "k": 0.0, "fe_t": 0.0, "Tx": 0.0, "Td": 0.0, "fs_t": 0.0,
+            "etp": float(tp),
+        }
+        if m.mla is not None:
+            env.update(ql=float(m.mla.q_lora_rank or 0), kvl=m.mla.kv_lora_rank,
+                       dn=m.mla.qk_nope_head_dim, dr=m.mla.qk_rope_head_dim,
+                       dv=m.mla.v_head_dim)
+        if m.moe is not None:
+            moe = m.moe
+            shared = moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size
+            env.update(E=moe.num_experts, E_l=moe.num_experts / ep, k=moe.top_k,
+                       fe_t=moe.expert_ffn_hidden_size / tp,
+                       fs_t=moe.num_shared_experts * shared / tp)
+        self._env = env
+        self.kinds = sorted({m.is_moe_layer(i) for i in range(m.num_layers)})
+        self.stages = stage_layers(m.num_layers, plan.pp)
+        #: per stage: number of layers of each kind (False = dense MLP, True = MoE)
+        self.stage_kinds: list[dict[bool, int]] = [
+            {kind: sum(1 for i in r if m.is_moe_layer(i) == kind) for kind in self.kinds}
+            for r in self.stages]
+        self._templates = {kind: layer_template(self.structure(kind)) for kind in self.kinds}
+        self._attn = {kind: self._attention_template(kind, absorbed=False)
+                      for kind in self.kinds}
+        self._attn_absorbed = {kind: self._attention_template(kind, absorbed=True)
+                               for kind in self.kinds}
+        self._coeffs: dict[bool, tuple[float, float, float]] = {}
+
+    # --- structure --------------------------------------------------------------------------
+
+    def structure(self, moe_layer: bool, absorbed: bool = False) -> LayerStructure:
+        """Template choices of one layer: fused attention, no SP, no comm overlap."""
+        m, tp = self.model, self.plan.tp
+        return LayerStructure(
+            mla=m.mla is not None, q_lora=m.mla is not None and m.mla.q_lora_rank is not None,
+            gated=m.mlp == "gated", flash=True, sp=False, moe=moe_layer,
+            shared_experts=moe_layer and m.moe is not None and m.moe.num_shared_experts > 0,
+            expert_tp=moe_layer and tp > 1, tp_overlap=False,
+            mla_absorb=absorbed and m.mla is not None)
+
+    def _attention_template(self, kind: bool, absorbed: bool) -> OpTemplate:
+        temps = layer_template(self.structure(kind, absorbed))
+        return next(t for t in temps if t.kind == "attention")
+
+    # --- environments -----------------------------------------------------------------------
+
+    def env(self, tokens: float) -> dict[str, float]:
+        """Dimensions for ``tokens`` new tokens on one replica (``b = S = 1``: only attention
+        depends on them, and it is bound per part by :meth:`attention_op`)."""
+        env = dict(self._env)
+        env.update(T=tokens, Tsp=tokens)
+        moe = self.model.moe
+        if moe is not None:
+            k = float(moe.top_k)
+            env.update(Tx=tokens * k, Td=tokens / self.plan.tp * k,
+                       E_l=self.active_local_experts(tokens * self.plan.ep))
+        return env
+
+    def active_local_experts(self, engine_tokens: float) -> float:
+        """Expected routed experts of one EP rank hit by ``engine_tokens`` tokens (uniform
+        top-k routing): ``E_l·(1 − (1 − k/E)^tokens)``; all ``E_l`` for no tokens."""
+        moe = self.model.moe
+        if moe is None:
+            return 1.0
+        e_local = moe.num_experts / self.plan.ep
+        if engine_tokens <= 0:
+            return e_local
+        miss = (1.0 - moe.top_k / moe.num_experts) ** engine_tokens
+        return e_local * (1.0 - miss)
+
+    # --- binding ----------------------------------------------------------------------------
+
+    def _bind(self, t: OpTemplate, env: dict[str, float], layer: int,
+              name: str | None = None) -> Op:
+        mnk = None
+        if t.mnk is not None:
+            mnk = (t.mnk[0].evaluate(env), t.mnk[1].evaluate(env), t.mnk[2].evaluate(env))
+        return Op(
+            name=name or t.name, kind=t.kind, category="forward", layer=layer,
+            flops=t.flops.evaluate(env), bytes=t.bytes.evaluate(env), mnk=mnk, comm=t.comm,
+            group=t.group, size=evaluate(t.size, env), causal=t.causal,
+            precision=(self.gemm_dtype if t.precision == "gemm" and t.name not in
+                       UNQUANTIZED_GEMMS else "bf16"),
+            count=evaluate(t.count, env) if t.count is not None else 1.0)
+
+    def _keep(self, op: Op) -> bool:
+        if op.kind == "comm":
+            return (op.comm is not None and self.group_sizes.get(op.group or "", 1) > 1
+                    and op.size > 0)
+        return op.flops > 0 or op.bytes > 0
+
+    def layer_ops(self, moe_layer: bool, tokens: float, layer: int = 0) -> list[Op]:
+        """Operators of one layer for ``tokens`` replica tokens, attention excluded."""
+        env = self.env(tokens)
+        out: list[Op] = []
+        moe_tp = moe_layer and self.plan.ep == 1 and self.plan.tp > 1
+        for t in self._templates[moe_layer]:
+            if t.kind == "attention" or t.group == "cp":
+                continue
+            if moe_tp and t.name == "expert_tp_in":
+                continue  # MoE TP: tokens are already replicated on the TP ranks
+            op = self._bind(t, env, layer)
+            if moe_tp and t.name == "expert_tp_out":
+                op = replace(op, comm="all_reduce", size=tokens * env["h"] * ACT_BYTES)
+            if op.kind == "gemm" and op.count != 1.0:
+                op = replace(op, count=1.0)  # all local experts in one grouped-GEMM kernel
+            if self._keep(op):
+                out.append(op)
+        return out
+
+    def attention_parts(self, shape: StepShape) -> list[AttentionPart]:
+        """The attention kernels of one layer on one replica (zero parts omitted)."""
+        r = 1.0 / self.plan.ep
+        mla = self.model.mla is not None
+        parts = []
+        if shape.decode > 0:
+            # a kernel without GQA sharing reads the K/V of a group once per query head
+            reread = 1.0
+            if self.plan.decode_attention == "per_head" and not mla:
+                reread = self._env["a_t"] / self._env["g_t"]
+            parts.append(AttentionPart("attention.decode", shape.decode * r,
+                                       shape.decode_keys * r, shape.decode_keys * r * reread,
+                                       causal=False, absorbed=mla))
+        if shape.prefill_tokens > 0:
+            parts.append(AttentionPart("attention.prefill", shape.prefill_tokens * r,
+                                       shape.prefill_sq * r, shape.prefill_tokens * r,
+                                       causal=True, absorbed=False))
+        if shape.prefill_ctx_pairs > 0:
+            parts.append(AttentionPart("attention.context", shape.prefill_tokens * r,
+                                       shape.prefill_ctx_pairs * r, shape.prefill_ctx_keys * r,
+                                       causal=False, absorbed=mla))
+        return parts
+
+    def attention_op(self, moe_layer: bool, part: AttentionPart, layer: int = 0) -> Op:
+        """One attention kernel bound from the template: ``T`` = queries, ``T·S`` = pairs,
+        ``b·S`` = keys (exact for FLOPs and bytes; see module docstring)."""
+        t = (self._attn_absorbed if part.absorbed else self._attn)[moe_layer]
+        s = part.pairs / part.queries
+        env = dict(self._env)
+        env.update(T=part.queries, Tsp=part.queries, S=s, b=part.keys / s)
+        op = self._bind(t, env, layer, name=part.name)
+        return replace(op, causal=part.causal)
+
+    def attention_coefficients(self, absorbed: bool) -> tuple[float, float, float]:
+        """``(FLOPs per query·key pair, bytes per query, bytes per key)`` of the attention
+        kernel (same for dense and MoE layers), read off the template at probe points; the
+        template is linear in those three sums (checked)."""
+        key = absorbed
+        hit = self._coeffs.get(key)
+        if hit is not None:
+            return hit
+        t = (self._attn_absorbed if absorbed else self._attn)[self.kinds[0]]
+
+        def at(queries: float, pairs: float, keys: float) -> tuple[float, float]:
+            s = pairs / queries
+            env = dict(self._env)
+            env.update(T=queries, Tsp=queries, S=s, b=keys / s)
+            return t.flops.evaluate(env), t.bytes.evaluate(env)
+
+        f1, b1 = at(1.0, 1.0, 1.0)
+        _, b2 = at(2.0, 1.0, 1.0)  # one more query
+        _, b3 = at(1.0, 1.0, 2.0)  # one more key
+        per_q, per_k = b2 - b1, b3 - b1
+        coeffs = (f1, per_q, per_k)
+        f4, b4 = at(3.0, 7.0, 5.0)
+        if not (math.isclose(f4, 7.0 * f1, rel_tol=1e-9)
+                and math.isclose(b4, 3.0 * per_q + 5.0 * per_k, rel_tol=1e-9)
+                and math.isclose(b1, per_q + per_k, rel_tol=1e-9, abs_tol=1e-9)):
+            raise AssertionError("attention template is not linear in queries, pairs, keys")
+        self._coeffs[key] = coeffs
+        return coeffs
+
+    def embedding_ops(self, tokens: float) -> list[Op]:
+        """Vocabulary-parallel embedding lookup (first stage)."""
+        env = self.env(tokens)
+        ops = [self._bind(t, env, -1) for t in embedding_template(self.structure(False))]
+        return [o for o in ops if self._keep(o)]
+
+    def head_ops(self, sequences: float) -> list[Op]:
+        """Final norm, logits of the last token of each request, TP gather, sampling."""
+        env = self.env(sequences)
+        temps = [t for t in head_template(self.structure(False))
+                 if t.name in ("final_norm", "head_tp_in", "logits")]
+        ops = [self._bind(t, env, -1) for t in (*temps, _LOGITS_GATHER, _SAMPLING)]
+        return [o for o in ops if self._keep(o)]
+
+    def p2p_op(self, tokens: float) -> Op:
+        """Activations sent to the next pipeline stage."""
+        return Op(name="pp_send", kind="comm", category="forward", layer=-1, comm="p2p",
+                  group="pp", size=tokens * self.model.hidden_size * ACT_BYTES)
+
+    def step_ops(self, shape: StepShape) -> list[list[Op]]:
+        """Every operator of one step, per pipeline stage, for one GPU of a replica."""
+        r = 1.0 / self.plan.ep
+        tokens = shape.tokens * r
+        parts = self.attention_parts(shape)
+        out: list[list[Op]] = []
+        for s, layers in enumerate(self.stages):
+            ops: list[Op] = []
+            if s == 0:
+                ops += self.embedding_ops(tokens)
+            for i in layers:
+                kind = self.model.is_moe_layer(i)
+                body = self.layer_ops(kind, tokens, i)
+                attn = [self.attention_op(kind, p, i) for p in parts]
+                cut = next((j for j, o in enumerate(body) if o.name == "out_proj"), 0)
+                ops += body[:cut] + attn + body[cut:]
+            if s == len(self.stages) - 1:
+                ops += self.head_ops(shape.sequences * r)
+            elif tokens > 0 and self.plan.pp > 1:
+                ops.append(self.p2p_op(tokens))
+            out.append(ops)
+        return out
+
+    # --- sizes ------------------------------------------------------------------------------
+
+    def kv_bytes_per_token_layer(self) -> float:
+        """KV-cache bytes one token adds to one layer on one GPU (after TP): GQA
+        ``2·max(kv_heads/tp, 1)·head_dim·bytes``; MLA ``(kv_lora_rank + rope_dim)·bytes``
+        (the latent is not split over heads, so every TP rank holds it)."""
+        m = self.model
+        if m.mla is not None:
+            return (m.mla.kv_lora_rank + m.mla.qk_rope_head_dim) * self.plan.kv_bytes
+        return 2.0 * max(m.kv_heads / self.plan.tp, 1.0) * m.dim_per_head * self.plan.kv_bytes
+
+    def kv_bytes_per_token_model(self) -> float:
+        """Unique KV-cache bytes of one token over all layers (all heads, no TP copies)."""
+        m = self.model
+        if m.mla is not None:
+            per_layer = (m.mla.kv_lora_rank + m.mla.qk_rope_head_dim) * self.plan.kv_bytes
+        else:
+            per_layer = 2.0 * m.kv_heads * m.dim_per_head * self.plan.kv_bytes
+        return per_layer * m.num_layers
+
+    def weight_bytes_per_gpu(self) -> list[float]:
+        """Weight bytes held by one GPU of each pipeline stage: linear layers at the weight
+        dtype; embeddings, LM head, norms and router at 16 bit."""
+        m, p = self.model, self.plan
+        wb = p.weight_bytes
+        attn = P.attention_params_per_layer(m) / p.tp * wb + 2 * P.norm_params(m) * 2.0
+        dense = P.dense_mlp_params(m) / p.tp * wb
+        moe = 0.0
+        if m.moe is not None:
+            moe = (m.moe.num_experts * P.routed_expert_params(m) / (p.ep * p.tp) * wb
+                   + P.shared_expert_params(m) / p.tp * wb
+                   + P.router_params(m) * UNQUANTIZED_BYTES)
+        # the LM head: its own matrix, or with tied embeddings a copy on the last stage when
+        # that is not the first (Megatron keeps one per end of the pipeline)
+        head = P.output_params(m) or (m.vocab_size * m.hidden_size if p.pp > 1 else 0)
+        out = []
+        for s, layers in enumerate(self.stages):
+            total = sum(attn + (moe if m.is_moe_layer(i) else dense) for i in layers)
+            if s == 0:
+                total += P.embedding_params(m) / p.tp * UNQUANTIZED_BYTES
+            if s == len(self.stages) - 1:
+                total += (head / p.tp + P.norm_params(m)) * UNQUANTIZED_BYTES
+            out.append(total)
+        return out
+
+    def model_flops(self, shape: StepShape) -> float:
+        """FLOPs of the whole engine for one step as counted by convention (attention over the
+        full ``n × n`` matrix of new tokens), i.e. Σ over GPUs of the bound operators."""
+        per_gpu = sum(o.flops for stage in self.step_ops(shape) for o in stage)
+        # each replica's tp GPUs share its work; pp stages hold disjoint layers
+        return per_gpu * self.plan.tp * self.plan.ep
