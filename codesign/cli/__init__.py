@@ -39,6 +39,8 @@ def _parser() -> argparse.ArgumentParser:
                     "(a Hugging Face config.json works for --model).")
     add_run_flags(sim)
     sim.add_argument("--format", choices=["table", "json"], default="table")
+    sim.add_argument("--trace", metavar="FILE.json",
+                     help="also write the step's timeline as a Chrome/Perfetto trace")
     sim.set_defaults(func=cmd_simulate)
 
     val = sub.add_parser(
@@ -83,7 +85,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from codesign.api import simulate_run
     from codesign.report import format_table
 
-    report = simulate_run(run_from_args(args))
+    run = run_from_args(args)
+    if args.trace:
+        from codesign.trace.perfetto import simulate_with_trace
+
+        report = simulate_with_trace(run, args.trace)
+    else:
+        report = simulate_run(run)
     if args.format == "json":
         print(json.dumps(report.to_dict(), indent=2))
     elif report.feasible:
