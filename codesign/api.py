@@ -8,9 +8,10 @@ True
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from codesign.engine.training import simulate_step
+from codesign.engine.training import StepResult, simulate_step
 from codesign.errors import InfeasiblePlan, SpecError
 from codesign.hardware.compute import ComputeModel
 from codesign.network.model import NetworkModel
@@ -65,21 +66,51 @@ def _plan_summary(run: TrainingRun) -> dict[str, Any]:
     return d
 
 
+def build_models(run: TrainingRun) -> tuple[TrainingGraph, ComputeModel, NetworkModel]:
+    """The bound training graph of ``run`` and the cost models it runs on.
+
+    Raises :class:`InfeasiblePlan` (with every reason found) for a plan that cannot be built.
+    """
+    graph = build_training_graph(run)
+    compute = ComputeModel.from_gpu(run.gpu)
+    tables = compute.tables.collectives if compute.tables is not None else None
+    try:
+        network = NetworkModel.from_parallelism(run.topology, run.parallel, dp=run.dp,
+                                                measured=tables)
+    except ValueError as exc:
+        raise InfeasiblePlan(str(exc)) from None
+    return graph, compute, network
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """A report together with what produced it (graph, models and the engine's step result;
+    ``None`` where the plan was infeasible before the engine ran)."""
+
+    report: TrainingReport
+    graph: TrainingGraph | None = None
+    compute: ComputeModel | None = None
+    network: NetworkModel | None = None
+    step: StepResult | None = None
+
+
 def simulate_run(run: TrainingRun) -> TrainingReport:
     """Simulate one training step of ``run``. An infeasible plan gives ``feasible=False``
     with the reason (never an exception)."""
+    return simulate_detailed(run).report
+
+
+def simulate_detailed(run: TrainingRun) -> Simulation:
+    """:func:`simulate_run`, also returning the graph, the models and the engine's step (for
+    timelines and traces)."""
     base: dict[str, Any] = {
             "model": run.model.name, "gpu": run.gpu.name, "topology": run.topology.name,
             "num_gpus": run.num_gpus, "plan": _plan_summary(run),
             "memory_capacity_gib": gib(run.gpu.memory_bytes)}
     try:
-        graph = build_training_graph(run)
-        compute = ComputeModel.from_gpu(run.gpu)
-        tables = compute.tables.collectives if compute.tables is not None else None
-        network = NetworkModel.from_parallelism(run.topology, run.parallel, dp=run.dp,
-                                                measured=tables)
+        graph, compute, network = build_models(run)
     except (InfeasiblePlan, ValueError) as exc:
-        return TrainingReport(feasible=False, reason=str(exc), **base)
+        return Simulation(TrainingReport(feasible=False, reason=str(exc), **base))
     p = run.parallel
     dense_grp, expert_grp = state_groups(p)
     dense_n, expert_n = network.group_size(dense_grp), network.group_size(expert_grp)
@@ -88,17 +119,17 @@ def simulate_run(run: TrainingRun) -> TrainingReport:
     mem_gib["total"] = gib(mem.total)
     capacity = run.gpu.memory_bytes
     if mem.total > capacity:
-        return TrainingReport(
+        return Simulation(TrainingReport(
             feasible=False, memory_gib=mem_gib,
             reason=(f"out of memory: stage {mem.stage} needs {gib(mem.total):.1f} GiB per GPU "
                     f"> {gib(capacity):.1f} GiB HBM (weights {mem_gib['weights']:.1f}, "
                     f"gradients {mem_gib['gradients']:.1f}, optimizer "
                     f"{mem_gib['optimizer']:.1f}, activations {mem_gib['activations']:.1f})"),
-            **base)
+            **base), graph, compute, network)
     step = simulate_step(graph, compute, network)
     t = step.step_time_s
     peak = run.gpu.peak_flops(p.dtype) * run.num_gpus
-    return TrainingReport(
+    report = TrainingReport(
         feasible=True, step_time_s=t,
         mfu=graph.model_flops_per_step / (t * peak),
         hfu=graph.hardware_flops_per_step / (t * peak),
@@ -111,6 +142,7 @@ def simulate_run(run: TrainingRun) -> TrainingReport:
         critical_stage=step.critical_stage, memory_gib=mem_gib,
         measured_ops=measured_ops(graph, compute, network) if compute.tables else [],
         breakdown_s=breakdown_from_categories(step.breakdown_s), **base)
+    return Simulation(report, graph, compute, network, step)
 
 
 def measured_ops(graph: TrainingGraph, compute: ComputeModel,
@@ -140,4 +172,5 @@ def simulate(run: TrainingRun | None = None, **kwargs: Any) -> TrainingReport:
     return simulate_run(run)
 
 
-__all__ = ["DEFAULT_RUN", "build_run", "measured_ops", "simulate", "simulate_run"]
+__all__ = ["DEFAULT_RUN", "Simulation", "build_models", "build_run", "measured_ops", "simulate",
+           "simulate_detailed", "simulate_run"]

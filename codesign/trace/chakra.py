@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 
 from codesign import __version__
+from codesign.api import build_models
 from codesign.engine.training import GRAD_REDUCE_BYTES, PARAM_BYTES
 from codesign.errors import InfeasiblePlan, SpecError
 from codesign.hardware.compute import ComputeModel
@@ -81,7 +82,6 @@ from codesign.workload.training import (
     ADAM_BYTES_PER_PARAM,
     ChunkGraph,
     TrainingGraph,
-    build_training_graph,
     state_groups,
 )
 
@@ -101,20 +101,6 @@ Slot = tuple[str, tuple[str, ...]]  # ("group", layout dims) | ("self"|"next"|"p
 
 
 # --- models --------------------------------------------------------------------------------
-
-
-def build_models(run: TrainingRun) -> tuple[TrainingGraph, ComputeModel, NetworkModel]:
-    """The bound graph and the cost models of ``run``, as :func:`codesign.api.simulate_run`
-    builds them. Raises :class:`InfeasiblePlan` (a ``CodesignError``) for a bad plan."""
-    graph = build_training_graph(run)
-    compute = ComputeModel.from_gpu(run.gpu)
-    tables = compute.tables.collectives if compute.tables is not None else None
-    try:
-        network = NetworkModel.from_parallelism(run.topology, run.parallel, dp=run.dp,
-                                                measured=tables)
-    except ValueError as exc:
-        raise InfeasiblePlan(str(exc)) from None
-    return graph, compute, network
 
 
 def pipeline_message_bytes(run: TrainingRun) -> float:

@@ -28,14 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from codesign import __version__
-from codesign.api import simulate_run
+from codesign.api import simulate_detailed
 from codesign.engine.executor import Task
-from codesign.engine.training import GRAD_REDUCE_BYTES, PARAM_BYTES, StepResult, simulate_step
+from codesign.engine.training import GRAD_REDUCE_BYTES, PARAM_BYTES, StepResult
 from codesign.ir import Op
 from codesign.network.model import NetworkModel
 from codesign.report.training import TrainingReport
 from codesign.specs.run import TrainingRun
-from codesign.trace.chakra import build_models, optimizer_params, pipeline_message_bytes
+from codesign.trace.chakra import optimizer_params, pipeline_message_bytes
 from codesign.workload.training import ADAM_BYTES_PER_PARAM, TrainingGraph, state_groups
 
 _PASS = re.compile(r"^(?P<ph>[FB])(?P<mb>\d+)\.v(?P<v>\d+)$")
@@ -51,16 +51,11 @@ _EPS_US = 1e-6
 def simulate_with_step(run: TrainingRun) -> tuple[TrainingReport, StepResult | None,
                                                      TrainingGraph | None, NetworkModel | None]:
     """The report of :func:`codesign.api.simulate_run` and, for a feasible plan, the engine's
-    :class:`StepResult` with the graph and network it ran on (None when infeasible).
-
-    The step is simulated again from the same models (the engine is deterministic), so the
-    report and the timeline agree; ``simulate_run`` does not hand out its step result.
-    """
-    report = simulate_run(run)
-    if not report.feasible:
-        return report, None, None, None
-    graph, compute, network = build_models(run)
-    return report, simulate_step(graph, compute, network), graph, network
+    :class:`StepResult` with the graph and network it ran on (None when infeasible)."""
+    sim = simulate_detailed(run)
+    if sim.step is None:
+        return sim.report, None, None, None
+    return sim.report, sim.step, sim.graph, sim.network
 
 
 def _us(t_s: float) -> float:
