@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import tiny_run
+from conftest import fast_network, tiny_run
 
 from codesign.engine.chunk import ChunkTiming, op_tasks, time_chunk
 from codesign.engine.executor import ScheduleDeadlock, Task, attribute, execute
@@ -185,3 +185,21 @@ def test_symmetric_cost_does_not_grow_with_gpu_count() -> None:
         net = NetworkModel.from_parallelism(run.topology, run.parallel, dp=run.dp)
         res = simulate_step(graph, ComputeModel(run.gpu), net)
         assert len(res.timeline.tasks) < 200
+
+
+def test_first_forward_waits_only_for_its_first_parameter_bucket() -> None:
+    """pp = vpp = 1: one chunk holds the embedding and the LM head (both layer -1). With
+    overlapped ZeRO-1 parameter gathers, its first forward waits for the first bucket (the
+    embedding's), not for every bucket."""
+    from codesign.api import simulate_detailed
+
+    run = tiny_run(num_gpus=4, global_batch_size=8, zero_stage=1, overlap_param_gather=True)
+    run = run.model_copy(update={"topology": fast_network(bandwidth_GBps=0.01, latency_us=0)})
+    sim = simulate_detailed(run)
+    assert sim.step is not None
+    tl = sim.step.timeline
+    gathers = [t for t in tl.tasks if t.name.startswith("param_gather")]
+    first_f = next(t for t in tl.tasks if t.name == "F0.v0")
+    assert len(gathers) == 4 + 2  # layers + embedding + head
+    assert tl.start[first_f.id] == pytest.approx(tl.end[gathers[0].id])
+    assert tl.start[first_f.id] < tl.end[gathers[-1].id]

@@ -1,15 +1,199 @@
-"""CLI commands: placeholder, filled in by the experiments work (issue 4)."""
+"""CLI commands of co-design studies: ``experiment list | show | run``, ``sweep``, ``plot``."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import Any
+
+from codesign.errors import CodesignError
 
 
 def register(sub: Any) -> None:
-    """Add this module's subcommands to the top-level subparsers sub."""
-    del sub
+    """Add this module's subcommands to the top-level subparsers ``sub``."""
+    exp = sub.add_parser(
+        "experiment", help="co-design studies from the catalog (list, show, run)",
+        description="Studies are YAML specs in the repository's experiments/ folder: a base "
+                    "run, sweep axes, metrics and plots. Results go to results/<name>/ "
+                    "(manifest.json, results/*.parquet, figures/).")
+    esub = exp.add_subparsers(dest="experiment_command", metavar="ACTION")
+    exp.set_defaults(func=lambda args: _help(exp))
+
+    ls = esub.add_parser("list", help="the studies in the catalog")
+    ls.set_defaults(func=cmd_list)
+
+    show = esub.add_parser("show", help="what a study asks, its base run, axes, points, plots")
+    show.add_argument("name", metavar="NAME", help="catalog study name or YAML file")
+    show.set_defaults(func=cmd_show)
+
+    run = esub.add_parser(
+        "run", help="run a study (resumes where a previous run stopped)",
+        description="Run every point of a study not yet stored in the output directory, then "
+                    "draw its figures. Re-running resumes; a point that is infeasible or fails "
+                    "is stored as a row with its reason.")
+    run.add_argument("name", metavar="NAME", help="catalog study name or YAML file")
+    _add_run_options(run)
+    run.set_defaults(func=cmd_run)
+
+    sweep = sub.add_parser(
+        "sweep", help="run a study from a YAML spec file (like experiment run)",
+        description="Run the sweep of an experiment spec file: base run, axes (dotted paths "
+                    "such as gpu.hbm_bandwidth_TBps or plan.tp), search, metrics, plots.")
+    sweep.add_argument("name", metavar="SPEC.yaml", help="experiment spec file")
+    _add_run_options(sweep)
+    sweep.set_defaults(func=cmd_run)
+
+    plot = sub.add_parser(
+        "plot", help="redraw the figures of stored results (no simulation)",
+        description="Draw the plots of the spec stored in RESULTS/manifest.json from the rows "
+                    "in RESULTS/results/.")
+    plot.add_argument("results", metavar="RESULTS", help="results directory of a run")
+    plot.add_argument("--out", metavar="DIR", help="figure directory (default RESULTS/figures)")
+    plot.set_defaults(func=cmd_plot)
 
 
-def _unused(args: argparse.Namespace) -> int:
+def _add_run_options(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--out", metavar="DIR",
+                    help="results directory (default results/<name>, results/<name>-smoke "
+                         "with --smoke)")
+    ap.add_argument("--jobs", type=int, metavar="N",
+                    help="local worker processes (default: all cores; 1 = in this process)")
+    ap.add_argument("--scheduler", metavar="ADDR",
+                    help="run on a Dask cluster (e.g. tcp://host:8786; needs codesign[dask])")
+    ap.add_argument("--smoke", action="store_true",
+                    help="the reduced study (the spec's smoke section)")
+    ap.add_argument("--no-progress", dest="progress", action="store_false",
+                    help="no progress bar")
+    ap.add_argument("--overwrite", action="store_true",
+                    help="replace results of a different spec in the output directory")
+    ap.add_argument("--retry-failed", action="store_true",
+                    help="evaluate stored failed points again")
+    ap.add_argument("--no-plots", dest="plots", action="store_false",
+                    help="do not draw the figures")
+
+
+def _help(ap: argparse.ArgumentParser) -> int:
+    ap.print_help()
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from codesign.experiments.spec import list_experiments
+
+    studies = list_experiments()
+    if not studies:
+        print("no studies in the catalog")
+    for name, title in studies:
+        print(f"  {name:28s} {title}")
+    return 0
+
+
+def _fmt_values(values: list[Any], limit: int = 8) -> str:
+    shown = ", ".join(str(v) for v in values[:limit])
+    return f"[{shown}{', ...' if len(values) > limit else ''}] ({len(values)})"
+
+
+def _entry(ref: Any) -> str:
+    return "inline" if isinstance(ref, dict) else str(ref)
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from codesign.experiments.axes import expand_points
+    from codesign.experiments.spec import load_experiment
+
+    spec = load_experiment(args.name)
+    b = spec.base
+    lines = [f"{spec.name}: {spec.title}" if spec.title else spec.name]
+    if spec.question:
+        lines.append(f"question: {' '.join(spec.question.split())}")
+    if spec.kind == "serving":
+        lines.append(f"base: serving system {_entry(b.serving)}")
+        lines += [f"  variant {name}: " + " ".join(f"{k}={v}" for k, v in fields.items())
+                  for name, fields in b.variants.items()]
+    else:
+        topo = _entry(b.topology) if b.topology is not None else "the GPU's system"
+        lines.append(f"base: {_entry(b.model)} on {b.num_gpus or '?'} x {_entry(b.gpu)} "
+                     f"({topo})")
+    if b.plan:
+        lines.append("  plan: " + " ".join(f"{k}={v}" for k, v in b.plan.items()))
+    if b.overrides:
+        lines.append("  overrides: " + " ".join(f"{k}={v}" for k, v in b.overrides.items()))
+    for i, block in enumerate(spec.sweep):
+        lines.append(f"sweep block {i} ({block.mode}, {block.num_points} points):")
+        lines += [f"  {path}: {_fmt_values(values)}" for path, values in block.axes.items()]
+    if spec.search is not None:
+        s = spec.search
+        space = " ".join(f"{k}={v}" for k, v in s.space.items()) or "automatic"
+        lines.append(f"search per point: objective {s.objective}, space {space}, top "
+                     f"{s.top_n}, confirm {s.confirm}")
+    points = expand_points(spec)
+    smoke = expand_points(spec.smoke_spec())
+    lines.append(f"points: {len(points)} (smoke: {len(smoke)})")
+    lines.append(f"metrics: {', '.join(spec.metrics)}")
+    if spec.plots:
+        lines.append("plots:")
+        for p in spec.plots:
+            extra = "".join(f", {k} {getattr(p, k)}" for k in ("hue", "facet")
+                            if getattr(p, k) is not None)
+            lines.append(f"  {p.file}: {p.kind} of {p.y} vs {p.x}{extra}")
+    print("\n".join(lines))
+    return 0
+
+
+def _scheduler(address: str | None) -> Any:
+    if address is None:
+        return None
+    try:
+        import dask.distributed  # noqa: F401
+    except ImportError:
+        from codesign.experiments.runner import DASK_MISSING
+
+        raise CodesignError(DASK_MISSING) from None
+    return address
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from codesign.experiments.runner import run_experiment
+    from codesign.experiments.spec import load_experiment
+
+    spec = load_experiment(args.name)
+    if args.jobs is not None and args.jobs < 1:
+        raise CodesignError(f"--jobs must be >= 1, got {args.jobs}")
+    out = Path(args.out) if args.out else Path("results") / (
+        f"{spec.name}-smoke" if args.smoke else spec.name)
+    try:
+        summary = run_experiment(spec, out, jobs=args.jobs, scheduler=_scheduler(args.scheduler),
+                                 smoke=args.smoke, progress=args.progress,
+                                 overwrite=args.overwrite, retry_failed=args.retry_failed,
+                                 plots=args.plots)
+    except KeyboardInterrupt:
+        print(f"codesign: finished points are stored in {out}; run the same command again "
+              "to resume", file=sys.stderr)
+        raise
+    print(summary.to_text())
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from codesign.experiments.spec import ExperimentSpec
+    from codesign.experiments.store import FIGURES, MANIFEST, load_manifest, load_results
+
+    results = Path(args.results)
+    manifest = load_manifest(results)
+    spec = ExperimentSpec.parse(manifest["spec"], str(results / MANIFEST), check_entries=False)
+    if not spec.plots:
+        print(f"{spec.name}: the spec has no plots")
+        return 0
+    try:
+        from codesign.experiments.plots import draw_plots
+    except ImportError as exc:
+        raise CodesignError(f"plotting is not available: {exc}") from None
+    df = load_results(results)
+    out = Path(args.out) if args.out else results / FIGURES
+    files = draw_plots(df, spec, out)
+    ok = int((df["status"] == "ok").sum()) if "status" in df.columns else 0
+    print(f"{spec.name}: {len(files)} files from {len(df)} rows ({ok} ok) in {out}")
+    for f in files:
+        print(f"  {f}")
     return 0

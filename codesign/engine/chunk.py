@@ -68,10 +68,13 @@ def op_tasks(ops: Sequence[Op], compute_time: Callable[[Op], float],
 
 
 def time_chunk(ops: Sequence[Op], compute_time: Callable[[Op], float],
-               comm_time: Callable[[Op], float]) -> ChunkTiming:
-    """Simulate one chunk pass and summarize it."""
+               comm_time: Callable[[Op], float],
+               executor: Callable[[Sequence[Task]], Timeline] = execute) -> ChunkTiming:
+    """Simulate one chunk pass and summarize it. ``executor`` runs the tasks:
+    :func:`~codesign.engine.executor.execute` (SimPy) or the equivalent one-pass
+    :func:`~codesign.engine.executor.execute_in_order` (same timeline, faster)."""
     tasks = op_tasks(ops, compute_time, comm_time)
-    tl = execute(tasks)
+    tl = executor(tasks)
     compute_end = max((tl.end[t.id] for t in tasks if t.stream == "compute"), default=0.0)
     parts = attribute(tl, "compute", compute_end)
     layer_done: dict[int, float] = {}

@@ -123,6 +123,56 @@ def execute(tasks: Sequence[Task]) -> Timeline:
     return Timeline(tuple(tasks), tuple(start), tuple(end), tuple(binding), tuple(queue_prev))
 
 
+def execute_in_order(tasks: Sequence[Task]) -> Timeline:
+    """Same result as :func:`execute` for task lists whose dependencies (``deps`` and
+    ``start_after``) all point to earlier tasks, as :func:`codesign.engine.chunk.op_tasks`
+    produces: one pass in list order, no event queue. Other lists go to :func:`execute`.
+
+    Start times follow the engine's arithmetic exactly (``ready + (release - ready)`` for a
+    ``start_after`` release, ``start + duration`` for the end), so timelines are bit-identical.
+    """
+    for i, t in enumerate(tasks):
+        if t.id != i or any(d >= i for d in t.deps) or any(d >= i for d, _ in t.start_after):
+            return execute(tasks)
+    n = len(tasks)
+    start = [0.0] * n
+    end = [0.0] * n
+    binding = [-1] * n
+    stream_prev = [-1] * n
+    last: dict[str, int] = {}
+    for t in tasks:
+        i = t.id
+        p = last.get(t.stream, -1)
+        last[t.stream] = i
+        stream_prev[i] = p
+        prev_end = end[p] if p >= 0 else 0.0
+        now = prev_end
+        best, best_t = -1, -1.0
+        for d in t.deps:
+            e = end[d]
+            if e > now:
+                now = e
+            if e > best_t:
+                best, best_t = d, e
+        if t.start_after:
+            release = -1.0
+            for d, off in t.start_after:
+                s = start[d]
+                if s > now:
+                    now = s
+                r = s + off
+                if r > release:
+                    release = r
+                if r > best_t:
+                    best, best_t = d, r
+            if release > now:
+                now = now + (release - now)
+        binding[i] = best if best_t > prev_end else -1
+        start[i] = now
+        end[i] = now + t.duration if t.duration > 0 else now
+    return Timeline(tuple(tasks), tuple(start), tuple(end), tuple(binding), tuple(stream_prev))
+
+
 def attribute(tl: Timeline, stream: str, until: float | None = None) -> dict[str, float]:
     """Split ``[0, until]`` of one stream into categories; the values sum to ``until``.
 

@@ -131,8 +131,9 @@ def simulate_step(graph: TrainingGraph, compute: ComputeModel, network: NetworkM
         first_bucket: dict[int, Hashable] = {}
         if gather_params and p.overlap_param_gather:
             for c, ch in enumerate(chunks):
-                for layer, dense, expert in ch.layer_params:
-                    k = b.add(("AG", stage, c, layer), dps,
+                # keyed by position: the embedding and the LM head both have layer -1
+                for i, (layer, dense, expert) in enumerate(ch.layer_params):
+                    k = b.add(("AG", stage, c, i), dps,
                               _gather_time(comm, dense_grp, dense, expert_grp, expert),
                               name=f"param_gather.l{layer}", category=comm_category("dp"))
                     first_bucket.setdefault(c, k)
@@ -176,15 +177,15 @@ def simulate_step(graph: TrainingGraph, compute: ComputeModel, network: NetworkM
             for c, ch in enumerate(chunks):
                 t_b = timings[(ch.virtual_stage, "B")]
                 done_at = dict(t_b.layer_done)
-                for layer, dense, expert in ch.layer_params:
+                for i, (layer, dense, expert) in enumerate(ch.layer_params):
                     at = done_at.get(layer, t_b.compute_time)
                     ph, mb, v = last_b[c]
-                    buckets.append((position[(ph, mb, c)], at, c, layer, dense, expert))
+                    buckets.append((position[(ph, mb, c)], at, c, i, layer, dense, expert))
             # buckets enter the stream in the order backward releases them
-            for _, at, c, layer, dense, expert in sorted(buckets):
+            for _, at, c, i, layer, dense, expert in sorted(buckets):
                 dur = (comm(kind, dense_grp, dense * GRAD_REDUCE_BYTES)
                        + (comm(kind, expert_grp, expert * GRAD_REDUCE_BYTES) if expert else 0.0))
-                k = ("GR", stage, c, layer)
+                k = ("GR", stage, c, i)
                 if p.overlap_grad_reduce:
                     b.add(k, dps, dur, (), name=f"grad_reduce.l{layer}",
                           category=comm_category("dp"), start_after=((last_b[c], at),))
@@ -199,8 +200,8 @@ def simulate_step(graph: TrainingGraph, compute: ComputeModel, network: NetworkM
               category="optimizer")
         if gather_params and not p.overlap_param_gather:
             for c, ch in enumerate(chunks):
-                for layer, dense, expert in ch.layer_params:
-                    b.add(("AG", stage, c, layer), dps,
+                for i, (layer, dense, expert) in enumerate(ch.layer_params):
+                    b.add(("AG", stage, c, i), dps,
                           _gather_time(comm, dense_grp, dense, expert_grp, expert),
                           (("OPT", stage),), name=f"param_gather.l{layer}",
                           category=comm_category("dp"))

@@ -161,46 +161,59 @@ def _layer_templates(run: TrainingRun, moe_layer: bool) -> tuple[OpTemplate, ...
     return layer_template(layer_structure(run, moe_layer))  # cached per structure
 
 
-def build_training_graph(run: TrainingRun) -> TrainingGraph:
-    """Bind the model to the plan. Raises :class:`InfeasiblePlan` with every reason found."""
-    problems = plan_problems(run)
-    if problems:
-        raise InfeasiblePlan("; ".join(problems))
-    m, p = run.model, run.parallel
-    env = bind_dims(run)
-    sizes = group_sizes(run)
-    n_mb = num_microbatches(run)
-    prec = p.dtype
-    dense_grp, expert_grp = state_groups(p)
-    zero3 = p.sharding_stage == 3
-    attn_p = P.attention_params_per_layer(m) + 2 * P.norm_params(m)
+class ChunkBinder:
+    """Binds one run's layer templates once and builds the operators of any chunk on demand.
 
-    # bind each distinct layer structure once; layers copy it with their own index
-    bound: dict[bool, tuple[list[Op], list[list[Op]], float]] = {}
+    :func:`build_training_graph` builds every chunk of a plan with one binder; the parallelism
+    search (:mod:`codesign.search.estimate`) builds short sample chunks (one layer, with or
+    without the embedding or LM head) to price a layer once per local shape. No feasibility
+    check here: :func:`build_training_graph` does that.
+    """
 
-    def layer_ops(moe_layer: bool) -> tuple[list[Op], list[list[Op]], float]:
-        if moe_layer not in bound:
+    def __init__(self, run: TrainingRun) -> None:
+        m, p = run.model, run.parallel
+        self.run = run
+        self.env = bind_dims(run)
+        self.sizes = group_sizes(run)
+        self.prec = p.dtype
+        self.dense_grp, self.expert_grp = state_groups(p)
+        self.zero3 = p.sharding_stage == 3
+        self.attn_p = P.attention_params_per_layer(m) + 2 * P.norm_params(m)
+        # bind each distinct layer structure once; layers copy it with their own index
+        self._bound: dict[bool, tuple[list[Op], list[list[Op]], float]] = {}
+
+    def layer_ops(self, moe_layer: bool) -> tuple[list[Op], list[list[Op]], float]:
+        """Forward operators of one layer (layer index 0), the backward operators of each,
+        and the activation bytes the layer saves for backward (no recompute: full)."""
+        if moe_layer not in self._bound:
+            run, env, prec = self.run, self.env, self.prec
+            p = run.parallel
             temps = _layer_templates(run, moe_layer)
             fwd = [_bind(t, env, 0, prec) for t in temps]
             bwd = [backward_of(o, t) for o, t in zip(fwd, temps, strict=True)]
             saved = sum(t.saved.evaluate(env) for t in temps
                         if not (p.recompute == "selective" and t.attn_core))
-            bound[moe_layer] = (fwd, bwd, saved)
-        return bound[moe_layer]
+            self._bound[moe_layer] = (fwd, bwd, saved)
+        return self._bound[moe_layer]
 
-    def layer_params(layer: int) -> tuple[float, float]:
+    def layer_params(self, layer: int) -> tuple[float, float]:
         """(dense, expert) parameters of one layer held per rank."""
+        m, p = self.run.model, self.run.parallel
+        attn_p = self.attn_p
         if m.moe is not None and m.is_moe_layer(layer):
             expert = m.moe.num_experts * P.routed_expert_params(m) / (p.ep * p.expert_tp)
             other = (P.shared_expert_params(m) / p.tp + P.router_params(m))
             return attn_p / p.tp + other, expert
         return (attn_p + P.dense_mlp_params(m)) / p.tp, 0.0
 
-    assignment = layer_assignment(m.num_layers, p.pp * p.vpp)
-    chunks: list[ChunkGraph] = []
-    hw_flops = 0.0
-    for v, layers in enumerate(assignment):
-        first, last = v == 0, v == len(assignment) - 1
+    def chunk(self, v: int, layers: tuple[int, ...], first: bool,
+              last: bool) -> tuple[ChunkGraph, float]:
+        """Virtual stage ``v`` holding ``layers`` (plus the embedding when ``first``, the LM
+        head when ``last``), and the FLOPs its forward and backward operators execute."""
+        run, env, prec = self.run, self.env, self.prec
+        m, p = run.model, run.parallel
+        dense_grp, expert_grp, zero3 = self.dense_grp, self.expert_grp, self.zero3
+        layer_ops, layer_params = self.layer_ops, self.layer_params
         fwd: list[Op] = []
         bwd_layers: list[list[Op]] = []
         saved = 0.0
@@ -264,14 +277,32 @@ def build_training_graph(run: TrainingRun) -> TrainingGraph:
             dense_params += head_params
             lparams.append((-1, head_params, 0.0))
         bwd = [o for block in reversed(bwd_layers) for o in block]
-        fwd_k = _drop_trivial(fwd, sizes)
-        bwd_k = _drop_trivial(bwd, sizes)
-        hw_flops += sum(o.flops for o in fwd_k) + sum(o.flops for o in bwd_k)
-        chunks.append(ChunkGraph(
+        fwd_k = _drop_trivial(fwd, self.sizes)
+        bwd_k = _drop_trivial(bwd, self.sizes)
+        flops = sum(o.flops for o in fwd_k) + sum(o.flops for o in bwd_k)
+        return ChunkGraph(
             virtual_stage=v, stage=v % p.pp, chunk=v // p.pp, layers=layers, first=first,
             last=last, forward=tuple(fwd_k), backward=tuple(bwd_k), saved_bytes=saved,
             dense_params=dense_params, expert_params=expert_params,
-            layer_params=tuple(lparams)))
+            layer_params=tuple(lparams)), flops
+
+
+def build_training_graph(run: TrainingRun) -> TrainingGraph:
+    """Bind the model to the plan. Raises :class:`InfeasiblePlan` with every reason found."""
+    problems = plan_problems(run)
+    if problems:
+        raise InfeasiblePlan("; ".join(problems))
+    m, p = run.model, run.parallel
+    n_mb = num_microbatches(run)
+    binder = ChunkBinder(run)
+    assignment = layer_assignment(m.num_layers, p.pp * p.vpp)
+    chunks: list[ChunkGraph] = []
+    hw_flops = 0.0
+    for v, layers in enumerate(assignment):
+        first, last = v == 0, v == len(assignment) - 1
+        chunk, flops = binder.chunk(v, layers, first, last)
+        hw_flops += flops
+        chunks.append(chunk)
 
     tokens = float(p.global_batch_size * run.seq_len)
     ranks_per_replica = p.tp * p.cp  # ranks sharing one micro-batch within a stage
