@@ -58,6 +58,8 @@ def test_study_smoke_run_writes_rows_and_figures(name: str, tmp_path: Path) -> N
     from codesign.experiments.store import load_results
 
     spec = load_experiment(name)
+    if spec.kind == "serving":
+        pytest.skip("serving studies: tests/test_serving_studies.py")
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # a skipped plot fails the test
         summary = run_experiment(spec, tmp_path, jobs=1, smoke=True, progress=False)

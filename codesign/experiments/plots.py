@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from codesign.experiments import style
+from codesign.experiments import serving_labels, style
+from codesign.experiments.spec import HIGHER_IS_BETTER
 from codesign.report.training import BREAKDOWN_KEYS
 
 if TYPE_CHECKING:
@@ -189,6 +190,10 @@ def axis_label(column: str) -> str:
     ``topology.scale_up.latency_us`` -> ``Scale-up latency (µs)``."""
     if column in LABELS:
         return LABELS[column]
+    if column in serving_labels.METRIC_LABELS:
+        return serving_labels.METRIC_LABELS[column]
+    if serving_labels.is_serving_path(column):
+        return serving_labels.path_label(column)
     if column.startswith("breakdown_s."):
         return f"{BREAKDOWN_LABELS.get(column[12:], column[12:])} time (s)"
     parts = column.split(".")
@@ -244,6 +249,7 @@ def compact_number(v: float) -> str:
 
 #: display text of the values of some columns, where a number alone would not say it
 VALUE_FORMATS: dict[str, Callable[[Any], str]] = {
+    "variant": str,
     "topology.scale_out.oversubscription":
         lambda v: "non-blocking" if float(v) == 1 else f"{float(v):g}:1 oversubscribed",
 }
@@ -272,6 +278,8 @@ def _qualified_label(column: str, value: Any) -> str:
     if column in ("model", "gpu", "topology") or column in VALUE_FORMATS:
         return text
     name = SHORT_LABELS.get(column)
+    if name is None and serving_labels.is_serving_path(column):
+        name = serving_labels.short_label(column)
     unit = _unit_of(column)
     if name is None:
         name = axis_label(column)
@@ -874,6 +882,8 @@ def _two_level_ticks(ax: Axes, ticks: list[float], labels: list[str], groups: li
 
 
 def _lower_is_better(column: str) -> bool:
+    if column in HIGHER_IS_BETTER:
+        return False
     return column.endswith(LOWER_IS_BETTER_SUFFIXES)
 
 

@@ -263,7 +263,8 @@ def locate(data: dict[str, Any], path: str, label: str = "the serving system") -
                 others = [v for v, c in level.variants.items() if key in c.model_fields]
                 if others and level.disc is not None:
                     kind_path = f"{prefix}.{level.disc}" if prefix else level.disc
-                    msg += (f" ('{key}' belongs to {level.disc} {', '.join(others)}: set "
+                    kinds = " or ".join(f"'{o}'" for o in others)
+                    msg += (f" ('{key}' is a field when {level.disc} is {kinds}: set "
                             f"'{kind_path}' with it, in a variant or a zip block)")
                 raise ValueError(msg)
             if last:
@@ -296,7 +297,7 @@ def locate(data: dict[str, Any], path: str, label: str = "the serving system") -
 def _check_leaf(data: dict[str, Any], path: str, label: str) -> Target:
     """:func:`locate`, and the path must end at one value (not a group of fields)."""
     target = locate(data, path, label)
-    value = target.container[target.key]
+    value = target.container.get(target.key) if isinstance(target.container, dict) else None
     if isinstance(value, list) or (isinstance(value, dict) and value
                                    and not _scalar_allowed(data, path)):
         names = ", ".join(str(k) for k in value) if isinstance(value, dict) \
@@ -322,6 +323,11 @@ def set_path(data: dict[str, Any], path: str, value: Any, label: str = "") -> No
         if cls is not None:
             for k in [k for k in target.container if k not in cls.model_fields]:
                 del target.container[k]
+            for k, fi in cls.model_fields.items():  # the new kind's defaults, as a dump has
+                if k not in target.container and not fi.is_required():
+                    default = fi.get_default(call_default_factory=True)
+                    target.container[k] = default.model_dump() \
+                        if isinstance(default, BaseModel) else default
 
 
 def _is_kind_path(data: dict[str, Any], path: str) -> bool:
@@ -348,7 +354,7 @@ def start_ref(spec: ExperimentSpec, overrides: dict[str, Any]) -> str | dict[str
     ref = overrides.get(SERVING_ENTRY, variant.get(SERVING_ENTRY, spec.base.serving))
     if ref is None:
         raise SpecError("base.serving: a serving study needs a serving system")
-    return ref  # type: ignore[no-any-return]
+    return ref
 
 
 def resolve_serving(spec: ExperimentSpec, overrides: dict[str, Any]
@@ -487,6 +493,8 @@ def check_serving_experiment(spec: ExperimentSpec) -> None:
     _check_variants(spec)
     cache: dict[tuple[str, str | None], Start] = {}
     base_starts = _block_starts(spec, {}, "base", cache)
+    if spec.base.variants:  # every variant, used by a block or not
+        _block_starts(spec, {VARIANT_AXIS: list(spec.base.variants)}, "base", cache)
 
     def check_block(block: SweepBlock, where: str) -> None:
         for p in block.axes:
@@ -509,8 +517,7 @@ def check_serving_experiment(spec: ExperimentSpec) -> None:
             check_block(block, f"smoke.sweep[{i}]")
 
 
-def absolutize(base: dict[str, Any], blocks: list[Any], smoke_base: Any,
-               fix: Any) -> None:
+def absolutize(base: Any, blocks: list[Any], smoke_base: Any, fix: Any) -> None:
     """Apply ``fix`` (a reference next to the study file -> absolute path) to the serving
     references of a raw study mapping: ``base.serving``, variants' ``serving``, ``serving``
     axes and ``smoke.base.serving``."""

@@ -301,7 +301,9 @@ class ExperimentSpec(Spec):
     def _check_serving(self, info: ValidationInfo) -> ExperimentSpec:
         """A serving study: a serving base, no training fields, no search; its paths
         (:mod:`codesign.experiments.serving_axes`)."""
-        training = [f for f in TRAINING_BASE_FIELDS if f in self.base.model_fields_set]
+        defaults = BaseRun.model_fields
+        training = [f for f in TRAINING_BASE_FIELDS if getattr(self.base, f)
+                    != defaults[f].get_default(call_default_factory=True)]
         if training:
             raise ValueError(f"base.{training[0]}: a serving study's base has serving, "
                              "overrides and variants (the serving spec names models and "
