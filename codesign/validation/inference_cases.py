@@ -69,6 +69,8 @@ from codesign.specs.inference import InferencePlan
 from codesign.specs.model import ModelSpec, MoESpec
 from codesign.specs.topology import FullFlatTopology, TwoTierTopology
 from codesign.units import GiB
+from codesign.validation.csvrows import float_cell, int_cell
+from codesign.validation.csvrows import read_rows as _read_rows
 from codesign.validation.training_cases import Unsupported
 from codesign.workload.params import param_counts
 
@@ -125,27 +127,10 @@ def is_inference_csv(path: Path) -> bool:
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:
-    """Rows of an inference CSV; raises :class:`SpecError` if required columns are missing."""
-    try:
-        with path.open(newline="") as fh:
-            reader = csv.DictReader(fh)
-            missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
-            if missing:
-                raise SpecError(f"{path}: missing column(s) {', '.join(missing)}; an inference "
-                                f"CSV needs {', '.join(REQUIRED_COLUMNS)}")
-            return [{k: (v or "").strip() for k, v in row.items() if k} for row in reader]
-    except OSError as exc:
-        raise SpecError(f"cannot read {path}: {exc.strerror}") from None
+    """Rows of the CSV; raises :class:`SpecError` if required columns are missing."""
+    return _read_rows(path, REQUIRED_COLUMNS, "an inference")
 
 
-def _int(row: dict[str, str], key: str) -> int | None:
-    m = re.match(r"\s*(\d+)", row.get(key, ""))
-    return int(m.group(1)) if m else None
-
-
-def _float(row: dict[str, str], key: str) -> float | None:
-    m = re.match(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)", row.get(key, "").replace(",", ""))
-    return float(m.group(1)) if m else None
 
 
 def framework_of(row: dict[str, str]) -> str:
@@ -174,7 +159,7 @@ def mode_of(row: dict[str, str]) -> str:
 
 def metric_of(row: dict[str, str], mode: str) -> tuple[str, float]:
     """The metric key and the measured value in the row's unit."""
-    value = _float(row, "measured_value")
+    value = float_cell(row, "measured_value")
     if value is None or value <= 0:
         raise Unsupported("no measured value")
     unit = row.get("unit", "").strip().lower().replace(" ", "")
@@ -195,8 +180,8 @@ def metric_of(row: dict[str, str], mode: str) -> tuple[str, float]:
 def model_of(row: dict[str, str], notes: list[str]) -> ModelSpec:
     """The catalog model named by the row (checked against its layer count and hidden size
     when the row gives them), else one built from the row's architecture columns."""
-    layers, hidden, heads = (_int(row, "num_layers"), _int(row, "hidden_size"),
-                             _int(row, "num_heads"))
+    layers, hidden, heads = (int_cell(row, "num_layers"), int_cell(row, "hidden_size"),
+                             int_cell(row, "num_heads"))
     try:
         cat = load_model(row["model"])
     except SpecError:
@@ -212,21 +197,21 @@ def model_of(row: dict[str, str], notes: list[str]) -> ModelSpec:
     if not (layers and hidden and heads):
         raise Unsupported("model architecture not given (layers, hidden size, heads) and no "
                           "catalog entry matches the model name")
-    ffn = _int(row, "ffn_size")
+    ffn = int_cell(row, "ffn_size")
     if ffn is None:
         ffn = 4 * hidden
         notes.append("ffn_size not given: 4h")
-    vocab = _int(row, "vocab_size") or 32000
+    vocab = int_cell(row, "vocab_size") or 32000
     name = row["model"].lower()
     gated = any(f in name for f in ("llama", "mistral", "mixtral", "qwen", "deepseek"))
     moe = None
-    experts, top_k, eff = (_int(row, "moe_experts"), _int(row, "moe_top_k"),
-                           _int(row, "moe_expert_ffn"))
+    experts, top_k, eff = (int_cell(row, "moe_experts"), int_cell(row, "moe_top_k"),
+                           int_cell(row, "moe_expert_ffn"))
     if experts and top_k and eff:
         moe = MoESpec(num_experts=experts, top_k=top_k, expert_ffn_hidden_size=eff)
     notes.append(f"model: built from the row's columns ({'gated' if gated else 'plain'} MLP)")
     return ModelSpec(name=row["model"], num_layers=layers, hidden_size=hidden, num_heads=heads,
-                     num_kv_heads=_int(row, "num_kv_heads") or heads, ffn_hidden_size=ffn,
+                     num_kv_heads=int_cell(row, "num_kv_heads") or heads, ffn_hidden_size=ffn,
                      vocab_size=vocab, mlp="gated" if gated else "plain",
                      norm="rmsnorm" if gated else "layernorm", moe=moe)
 
@@ -299,8 +284,8 @@ def map_row(row: dict[str, str]) -> InferenceCase:
         raise Unsupported(str(exc)) from None
     topo = load_topology(gpu.default_topology)
     notes.append(f"system: {topo.name} (the GPU's standard system)")
-    tp, pp = _int(row, "tp") or 1, _int(row, "pp") or 1
-    ep = _int(row, "ep") or 1
+    tp, pp = int_cell(row, "tp") or 1, int_cell(row, "pp") or 1
+    ep = int_cell(row, "ep") or 1
     if model.moe is not None and not row.get("ep", "").strip():
         notes.append("ep not given: MoE tensor parallelism (every GPU holds 1/tp of each "
                      "expert)")
@@ -312,25 +297,25 @@ def map_row(row: dict[str, str]) -> InferenceCase:
     if not custom_ar and tp > 1:
         notes.append("TP all-reduce: NCCL (the documented TensorRT-LLM 0.9 build commands do "
                      "not enable the opt-in custom all-reduce plugin)")
-    gpus = _int(row, "num_gpus")
-    if gpus is not None and gpus != plan.num_gpus * (_int(row, "replicas") or 1):
+    gpus = int_cell(row, "num_gpus")
+    if gpus is not None and gpus != plan.num_gpus * (int_cell(row, "replicas") or 1):
         notes.append(f"num_gpus {gpus} != tp×pp×ep×replicas: throughput per engine of "
                      f"{plan.num_gpus} GPUs")
-    isl, osl = _int(row, "input_len"), _int(row, "output_len")
+    isl, osl = int_cell(row, "input_len"), int_cell(row, "output_len")
     if not isl or not osl:
         raise Unsupported("input_len or output_len not given")
     batch = 1
     kv_fraction = 0.9
     n_req = DEFAULT_NUM_REQUESTS
     if mode == "static":
-        b = _int(row, "batch_size")
+        b = int_cell(row, "batch_size")
         if not b:
             raise Unsupported("static batch without a batch_size")
         batch = b
         notes.append(f"static batch: one prefill step of {batch} prompts, then {osl - 1} "
                      "decode steps over the whole batch")
     elif mode == "ttft":
-        batch = _int(row, "batch_size") or 1
+        batch = int_cell(row, "batch_size") or 1
         notes.append("time to first token: the prefill step alone (no queueing, no host "
                      "overhead)")
     else:

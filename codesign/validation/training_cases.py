@@ -20,7 +20,6 @@ Micro-batch size, interleaving depth and recompute, when not given, follow rules
 
 from __future__ import annotations
 
-import csv
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,6 +31,8 @@ from codesign.specs.catalog import load_gpu, load_model, load_topology
 from codesign.specs.model import ModelSpec, MoESpec
 from codesign.specs.parallel import ParallelismSpec
 from codesign.specs.run import TrainingRun
+from codesign.validation.csvrows import float_cell, int_cell
+from codesign.validation.csvrows import read_rows as _read_rows
 from codesign.workload.dims import plan_problems
 
 REQUIRED_COLUMNS = ("case_id", "source", "model", "num_layers", "hidden_size", "num_heads",
@@ -66,27 +67,10 @@ class Unsupported(Exception):
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:
-    """Rows of a CSV; raises :class:`SpecError` if required columns are missing."""
-    try:
-        with path.open(newline="") as fh:
-            reader = csv.DictReader(fh)
-            missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
-            if missing:
-                raise SpecError(f"{path}: missing column(s) {', '.join(missing)}; a training "
-                                f"CSV needs {', '.join(REQUIRED_COLUMNS)}")
-            return [{k: (v or "").strip() for k, v in row.items() if k} for row in reader]
-    except OSError as exc:
-        raise SpecError(f"cannot read {path}: {exc.strerror}") from None
+    """Rows of the CSV; raises :class:`SpecError` if required columns are missing."""
+    return _read_rows(path, REQUIRED_COLUMNS, "a training")
 
 
-def _int(row: dict[str, str], key: str) -> int | None:
-    m = re.match(r"\s*(\d+)", row.get(key, ""))
-    return int(m.group(1)) if m else None
-
-
-def _float(row: dict[str, str], key: str) -> float | None:
-    m = re.match(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)", row.get(key, ""))
-    return float(m.group(1)) if m else None
 
 
 def framework_of(row: dict[str, str]) -> str:
@@ -103,21 +87,21 @@ def framework_of(row: dict[str, str]) -> str:
 
 def measurement_of(row: dict[str, str], framework: str) -> Measurement:
     """The metric to compare: step time, then tokens/s, then TFLOP/s, then MFU."""
-    t = _float(row, "iteration_time_s")
+    t = float_cell(row, "iteration_time_s")
     if t:
         return Measurement("iteration_time_s", t)
-    total = _float(row, "tokens_per_s_total")
+    total = float_cell(row, "tokens_per_s_total")
     if total:
         return Measurement("tokens_per_s", total)
-    per_gpu = _float(row, "tokens_per_s_per_gpu")
-    gpus = _int(row, "num_gpus")
+    per_gpu = float_cell(row, "tokens_per_s_per_gpu")
+    gpus = int_cell(row, "num_gpus")
     if per_gpu and gpus:
         return Measurement("tokens_per_s", per_gpu * gpus)
     formula = "megatron-recompute" if framework == "megatron-2021" else "model"
-    tf = _float(row, "tflops_per_gpu")
+    tf = float_cell(row, "tflops_per_gpu")
     if tf:
         return Measurement("tflops_per_gpu", tf, formula)
-    mfu = _float(row, "mfu_pct")
+    mfu = float_cell(row, "mfu_pct")
     if mfu:
         return Measurement("mfu_pct", mfu, formula)
     raise Unsupported("no measured metric (iteration time, tokens/s, TFLOP/s or MFU)")
@@ -129,11 +113,11 @@ GATED_FAMILIES = ("llama", "qwen", "mixtral", "mistral", "oss", "deepseek")
 def model_of(row: dict[str, str], framework: str, notes: list[str]) -> ModelSpec:
     """The catalog model when one matches the row's name and shape, else one built from the
     row's architecture columns."""
-    layers, hidden = _int(row, "num_layers"), _int(row, "hidden_size")
-    heads = _int(row, "num_heads")
+    layers, hidden = int_cell(row, "num_layers"), int_cell(row, "hidden_size")
+    heads = int_cell(row, "num_heads")
     if not (layers and hidden and heads):
         raise Unsupported("model architecture not given (layers, hidden size, heads)")
-    seq = _int(row, "seq_len") or 2048
+    seq = int_cell(row, "seq_len") or 2048
     try:
         cat = load_model(row["model"])
         if cat.num_layers == layers and cat.hidden_size == hidden:
@@ -143,22 +127,22 @@ def model_of(row: dict[str, str], framework: str, notes: list[str]) -> ModelSpec
         pass
     name = row["model"].lower()
     gated = any(f in name for f in GATED_FAMILIES)
-    ffn = _int(row, "ffn_size")
+    ffn = int_cell(row, "ffn_size")
     if ffn is None:
         ffn = 4 * hidden
         notes.append("ffn_size not given: 4h (standard GPT block)")
-    vocab = _int(row, "vocab_size")
+    vocab = int_cell(row, "vocab_size")
     if vocab is None:
         vocab = 51200
         notes.append("vocab_size not given: 51200 (GPT-2 BPE padded, Megatron default)")
     moe = None
-    experts, top_k, eff = (_int(row, "moe_experts"), _int(row, "moe_top_k"),
-                           _int(row, "moe_expert_ffn"))
+    experts, top_k, eff = (int_cell(row, "moe_experts"), int_cell(row, "moe_top_k"),
+                           int_cell(row, "moe_expert_ffn"))
     if experts and top_k and eff:
         moe = MoESpec(num_experts=experts, top_k=top_k, expert_ffn_hidden_size=eff)
     return ModelSpec(
         name=row["model"], num_layers=layers, hidden_size=hidden, num_heads=heads,
-        num_kv_heads=_int(row, "num_kv_heads") or heads, ffn_hidden_size=ffn,
+        num_kv_heads=int_cell(row, "num_kv_heads") or heads, ffn_hidden_size=ffn,
         vocab_size=vocab, seq_len=seq, mlp="gated" if gated else "plain",
         norm="rmsnorm" if gated else "layernorm",
         position_embedding="learned" if framework == "megatron-2021" else "rope", moe=moe)
@@ -189,10 +173,10 @@ def map_row(row: dict[str, str]) -> MappedCase:
     model = model_of(row, fw, notes)
     gpu = load_gpu(row["gpu_type"])
     topo = load_topology(topology_of(row, gpu.default_topology, notes))
-    n = _int(row, "num_gpus")
-    tp, pp = _int(row, "tp") or 1, _int(row, "pp") or 1
-    cp, ep = _int(row, "cp") or 1, _int(row, "ep") or 1
-    gbs = _int(row, "global_batch_size")
+    n = int_cell(row, "num_gpus")
+    tp, pp = int_cell(row, "tp") or 1, int_cell(row, "pp") or 1
+    cp, ep = int_cell(row, "cp") or 1, int_cell(row, "ep") or 1
+    gbs = int_cell(row, "global_batch_size")
     if not n or not gbs:
         raise Unsupported("num_gpus or global_batch_size not given")
     dtype = "fp8" if "fp8" in row.get("precision", "").lower() else "bf16"
@@ -230,7 +214,7 @@ def map_row(row: dict[str, str]) -> MappedCase:
     elif fw == "megatron-core":
         overlap = tp > 1 and gpu.name != "a100-80gb"
         plan["tp_comm_overlap"] = overlap and sp
-    mbs = _int(row, "micro_batch_size")
+    mbs = int_cell(row, "micro_batch_size")
     if mbs is None:
         mbs = 1
         notes.append("micro-batch size not given: 1")
@@ -239,7 +223,7 @@ def map_row(row: dict[str, str]) -> MappedCase:
     dp = n // (tp * pp * cp) if tp * pp * cp else 0
     n_mb = gbs // (mbs * dp) if dp and mbs else 0
     vpp_text = row.get("vpp", "").lower()
-    vpp_given = _int(row, "vpp")
+    vpp_given = int_cell(row, "vpp")
     if vpp_given:
         plan["vpp"] = vpp_given
     elif pp > 1 and ("interleaved" in vpp_text or not vpp_text or "not stated" in vpp_text):

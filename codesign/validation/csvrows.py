@@ -1,0 +1,38 @@
+"""Reading measurement CSVs: rows as stripped strings, and numbers out of free-text cells."""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from codesign.errors import SpecError
+
+
+def read_rows(path: Path, required: Sequence[str], kind: str) -> list[dict[str, str]]:
+    """Rows of a CSV with every value stripped; raises :class:`SpecError` if a ``required``
+    column is missing (``kind`` names the file's kind in the message, e.g. "a training")."""
+    try:
+        with path.open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            missing = [c for c in required if c not in (reader.fieldnames or [])]
+            if missing:
+                raise SpecError(f"{path}: missing column(s) {', '.join(missing)}; {kind} "
+                                f"CSV needs {', '.join(required)}")
+            return [{k: (v or "").strip() for k, v in row.items() if k} for row in reader]
+    except OSError as exc:
+        raise SpecError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def int_cell(row: dict[str, str], key: str) -> int | None:
+    """The leading whole number of a cell ("8 (inferred)" -> 8), or None."""
+    m = re.match(r"\s*(\d+)", row.get(key, ""))
+    return int(m.group(1)) if m else None
+
+
+def float_cell(row: dict[str, str], key: str) -> float | None:
+    """The leading number of a cell, thousands separators ignored ("1,979 TFLOP/s" -> 1979.0),
+    or None."""
+    m = re.match(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)", row.get(key, "").replace(",", ""))
+    return float(m.group(1)) if m else None
