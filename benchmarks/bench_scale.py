@@ -1,11 +1,12 @@
 """Scale benchmark: simulate GPT-3 175B (TP8, PP8, interleaved VPP3, micro-batch 1) on
-32,768 and 1,048,576 H100s and print wall time and peak memory per point.
+1,024 to 1,048,576 H100s (symmetric engine) and print wall time and peak memory per point.
 
 Run: ``python benchmarks/bench_scale.py``. Each point runs in a fresh process (one core) so
 times include catalog loading and no state is shared; peak memory is the process's max RSS.
 
-GBS 4096 needs dp <= 4096, so at 1,048,576 GPUs (dp = 16,384) the global batch is scaled to keep
-8 micro-batches per pipeline (GBS 131,072): the simulated work per pipeline is the same.
+The global batch is GPUs / 8 (dp = GPUs / 64, 8 micro-batches per pipeline at every size: GBS
+4,096 at 32,768 GPUs, 131,072 at 1,048,576), so the simulated work per pipeline is the same and
+time and memory must stay flat as the GPU count grows.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import subprocess
 import sys
 
-POINTS = [(32_768, 4096), (1_048_576, 131_072)]
+POINTS = [(gpus, gpus // 8) for gpus in (1024, 4096, 16_384, 65_536, 262_144, 1_048_576)]
 
 CHILD = """
 import json, resource, sys, time

@@ -131,8 +131,6 @@ def read_rows(path: Path) -> list[dict[str, str]]:
     return _read_rows(path, REQUIRED_COLUMNS, "an inference")
 
 
-
-
 def framework_of(row: dict[str, str]) -> str:
     """``trtllm-0.9`` (TensorRT-LLM before 0.10), ``trtllm-1.0`` (later) or ``generic``."""
     text = f"{row.get('framework', '')} {row.get('source', '')}".lower()

@@ -71,8 +71,6 @@ def read_rows(path: Path) -> list[dict[str, str]]:
     return _read_rows(path, REQUIRED_COLUMNS, "a training")
 
 
-
-
 def framework_of(row: dict[str, str]) -> str:
     """Which framework produced the row (decides defaults)."""
     src = row.get("source", "").lower()
