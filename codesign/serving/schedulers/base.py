@@ -62,6 +62,17 @@ class Scheduler:
         inst.receiver(seq, inst)
         return True
 
+    def start_prefill(self, seq: Seq, blocks: int, tokens: int,
+                      chunks: list[tuple[Seq, int]], args: list[tuple[int, int]]) -> None:
+        """Take the head of the waiting queue (``seq``) into the running set with ``blocks``
+        KV blocks, and add a prefill chunk of ``tokens`` new tokens to the step."""
+        self.inst.waiting.popleft()
+        self.inst.admit(seq)
+        self.inst.alloc(blocks)
+        seq.blocks = blocks
+        chunks.append((seq, tokens))
+        args.append((tokens, seq.cached))
+
     def admit_whole_prompts(self, max_tokens: int) -> StepPlan | None:
         """vLLM-style prefill admission: whole prompts in arrival order while their KV
         blocks (plus the watermark) are free and the step stays within ``max_tokens``
@@ -83,12 +94,7 @@ class Scheduler:
             need = blocks_for(seq.pf_total, inst.B)
             if inst.free_blocks - need < self.watermark:
                 break
-            waiting.popleft()
-            inst.admit(seq)
-            inst.alloc(need)
-            seq.blocks = need
-            chunks.append((seq, n))
-            args.append((n, seq.cached))
+            self.start_prefill(seq, need, n, chunks, args)
             tokens += n
         if chunks:
             return StepPlan(chunks, args, False)

@@ -70,12 +70,7 @@ class ChunkedPrefillScheduler(Scheduler):
             need = blocks_for(seq.cached + n, inst.B)
             if inst.free_blocks - need < self.watermark:
                 break
-            waiting.popleft()
-            inst.admit(seq)
-            inst.alloc(need)
-            seq.blocks = need
-            chunks.append((seq, n))
-            args.append((n, seq.cached))
+            self.start_prefill(seq, need, n, chunks, args)
             budget -= n
         if not chunks and not decode:
             stalled = [s for s in inst.admitted if s.state == PREFILL]
