@@ -10,7 +10,8 @@ backward pass). The result is an immutable :class:`Timeline`; nothing here does 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Generator, Sequence
+from collections import deque
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,15 +94,8 @@ def execute(tasks: Sequence[Task]) -> Timeline:
                 if release > ready:
                     yield env.timeout(release - ready)
             # which dependency released this task (for breakdown attribution)
-            best, best_t = -1, -1.0
-            for d in t.deps:
-                if end[d] > best_t:
-                    best, best_t = d, end[d]
-            for d, off in t.start_after:
-                if start[d] + off > best_t:
-                    best, best_t = d, start[d] + off
             prev_end = end[queue_prev[t.id]] if queue_prev[t.id] >= 0 else 0.0
-            binding[t.id] = best if best_t > prev_end else -1
+            binding[t.id] = binding_of(t, start, end, prev_end)
             start[t.id] = env.now
             if t.id in started:
                 started[t.id].succeed()
@@ -123,54 +117,105 @@ def execute(tasks: Sequence[Task]) -> Timeline:
     return Timeline(tuple(tasks), tuple(start), tuple(end), tuple(binding), tuple(queue_prev))
 
 
-def execute_in_order(tasks: Sequence[Task]) -> Timeline:
-    """Same result as :func:`execute` for task lists whose dependencies (``deps`` and
-    ``start_after``) all point to earlier tasks, as :func:`codesign.engine.chunk.op_tasks`
-    produces: one pass in list order, no event queue. Other lists go to :func:`execute`.
-
-    Start times follow the engine's arithmetic exactly (``ready + (release - ready)`` for a
-    ``start_after`` release, ``start + duration`` for the end), so timelines are bit-identical.
-    """
+def stream_links(tasks: Sequence[Task]) -> tuple[list[int], list[int]]:
+    """Previous and next task on each task's stream (-1 at the ends); checks ids 0..n-1."""
+    last: dict[str, int] = {}
+    prev = [-1] * len(tasks)
+    nxt = [-1] * len(tasks)
     for i, t in enumerate(tasks):
-        if t.id != i or any(d >= i for d in t.deps) or any(d >= i for d, _ in t.start_after):
-            return execute(tasks)
+        if t.id != i:
+            raise ValueError(f"task ids must be 0..n-1 in order; task {i} has id {t.id}")
+        p = last.get(t.stream, -1)
+        prev[i] = p
+        if p >= 0:
+            nxt[p] = i
+        last[t.stream] = i
+    return prev, nxt
+
+
+def binding_of(t: Task, start: Sequence[float], end: Sequence[float], prev_end: float) -> int:
+    """The task whose end (dependency) or start offset (``start_after``) released ``t`` last,
+    or -1 when ``t`` only waited for its stream (``prev_end``); for breakdown attribution."""
+    best, best_t = -1, -1.0
+    for d in t.deps:
+        if end[d] > best_t:
+            best, best_t = d, end[d]
+    for d, off in t.start_after:
+        if start[d] + off > best_t:
+            best, best_t = d, start[d] + off
+    return best if best_t > prev_end else -1
+
+
+def _run_in(order: Iterable[int], tasks: Sequence[Task], stream_prev: Sequence[int]) -> Timeline:
+    """Start and end times of ``tasks`` visited in ``order`` (every reference of a task,
+    including its stream predecessor, visited before it). The arithmetic is the SimPy
+    executor's (``ready + (release - ready)`` for a ``start_after`` release, ``start +
+    duration`` for the end), so timelines are bit-identical to :func:`execute`."""
     n = len(tasks)
     start = [0.0] * n
     end = [0.0] * n
     binding = [-1] * n
-    stream_prev = [-1] * n
-    last: dict[str, int] = {}
-    for t in tasks:
-        i = t.id
-        p = last.get(t.stream, -1)
-        last[t.stream] = i
-        stream_prev[i] = p
+    for i in order:
+        t = tasks[i]
+        p = stream_prev[i]
         prev_end = end[p] if p >= 0 else 0.0
         now = prev_end
-        best, best_t = -1, -1.0
         for d in t.deps:
-            e = end[d]
-            if e > now:
-                now = e
-            if e > best_t:
-                best, best_t = d, e
+            if end[d] > now:
+                now = end[d]
         if t.start_after:
             release = -1.0
             for d, off in t.start_after:
-                s = start[d]
-                if s > now:
-                    now = s
-                r = s + off
-                if r > release:
-                    release = r
-                if r > best_t:
-                    best, best_t = d, r
+                now = max(now, start[d])
+                release = max(release, start[d] + off)
             if release > now:
                 now = now + (release - now)
-        binding[i] = best if best_t > prev_end else -1
+        binding[i] = binding_of(t, start, end, prev_end)
         start[i] = now
         end[i] = now + t.duration if t.duration > 0 else now
     return Timeline(tuple(tasks), tuple(start), tuple(end), tuple(binding), tuple(stream_prev))
+
+
+def execute_in_order(tasks: Sequence[Task]) -> Timeline:
+    """Same result as :func:`execute` for task lists whose dependencies (``deps`` and
+    ``start_after``) all point to earlier tasks, as :func:`codesign.engine.chunk.op_tasks`
+    produces: one pass in list order, no event queue. Other lists go to :func:`execute`."""
+    for i, t in enumerate(tasks):
+        if t.id != i or any(d >= i for d in t.deps) or any(d >= i for d, _ in t.start_after):
+            return execute(tasks)
+    stream_prev, _ = stream_links(tasks)
+    return _run_in(range(len(tasks)), tasks, stream_prev)
+
+
+def execute_exact(tasks: Sequence[Task]) -> Timeline:
+    """Same timeline as :func:`execute` (identical arithmetic), computed in a topological
+    order of the dependencies, stream order and ``start_after`` references instead of by
+    discrete events. Raises :class:`ScheduleDeadlock` on a cycle."""
+    n = len(tasks)
+    stream_prev, _ = stream_links(tasks)
+    indeg = [0] * n
+    children: list[list[int]] = [[] for _ in range(n)]
+    for t in tasks:
+        refs = {*t.deps, *(d for d, _ in t.start_after)}
+        if stream_prev[t.id] >= 0:
+            refs.add(stream_prev[t.id])
+        indeg[t.id] = len(refs)
+        for d in refs:
+            children[d].append(t.id)
+    queue = deque(i for i in range(n) if indeg[i] == 0)
+    order: list[int] = []
+    while queue:
+        i = queue.popleft()
+        order.append(i)
+        for c in children[i]:
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                queue.append(c)
+    if len(order) < n:
+        left = next(t for t in tasks if indeg[t.id] > 0)
+        raise ScheduleDeadlock(f"{n - len(order)} tasks never ran (first: "
+                               f"{left.name or left.id})")
+    return _run_in(order, tasks, stream_prev)
 
 
 def attribute(tl: Timeline, stream: str, until: float | None = None) -> dict[str, float]:

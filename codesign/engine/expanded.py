@@ -46,7 +46,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import prod
@@ -54,7 +54,15 @@ from math import prod
 import numpy as np
 
 from codesign.engine.chunk import ChunkTiming, comm_category, op_tasks
-from codesign.engine.executor import ScheduleDeadlock, Task, Timeline, attribute
+from codesign.engine.executor import (
+    ScheduleDeadlock,
+    Task,
+    Timeline,
+    attribute,
+    binding_of,
+    execute_exact,
+    stream_links,
+)
 from codesign.engine.training import (
     GRAD_REDUCE_BYTES,
     PARAM_BYTES,
@@ -459,83 +467,6 @@ def batch_pass(ops: Sequence[Op], speed: np.ndarray, gtype: np.ndarray,
 # --- executors -------------------------------------------------------------------------------
 
 
-def _structure(tasks: Sequence[Task]) -> tuple[list[int], list[int]]:
-    last: dict[str, int] = {}
-    prev = [-1] * len(tasks)
-    nxt = [-1] * len(tasks)
-    for i, t in enumerate(tasks):
-        if t.id != i:
-            raise ValueError(f"task ids must be 0..n-1 in order; task {i} has id {t.id}")
-        p = last.get(t.stream, -1)
-        prev[i] = p
-        if p >= 0:
-            nxt[p] = i
-        last[t.stream] = i
-    return prev, nxt
-
-
-def execute_exact(tasks: Sequence[Task]) -> Timeline:
-    """Same timeline as :func:`~codesign.engine.executor.execute` (identical arithmetic),
-    computed in a topological order of the dependencies, stream order and ``start_after``
-    references instead of by discrete events."""
-    n = len(tasks)
-    stream_prev, _ = _structure(tasks)
-    indeg = [0] * n
-    children: list[list[int]] = [[] for _ in range(n)]
-    for t in tasks:
-        refs = {*t.deps, *(d for d, _ in t.start_after)}
-        if stream_prev[t.id] >= 0:
-            refs.add(stream_prev[t.id])
-        indeg[t.id] = len(refs)
-        for d in refs:
-            children[d].append(t.id)
-    queue = deque(i for i in range(n) if indeg[i] == 0)
-    order: list[int] = []
-    while queue:
-        i = queue.popleft()
-        order.append(i)
-        for c in children[i]:
-            indeg[c] -= 1
-            if indeg[c] == 0:
-                queue.append(c)
-    if len(order) < n:
-        left = next(t for t in tasks if indeg[t.id] > 0)
-        raise ScheduleDeadlock(f"{n - len(order)} tasks never ran (first: "
-                               f"{left.name or left.id})")
-    start = [0.0] * n
-    end = [0.0] * n
-    binding = [-1] * n
-    for i in order:
-        t = tasks[i]
-        p = stream_prev[i]
-        prev_end = end[p] if p >= 0 else 0.0
-        now = prev_end
-        best, best_t = -1, -1.0
-        for d in t.deps:
-            e = end[d]
-            if e > now:
-                now = e
-            if e > best_t:
-                best, best_t = d, e
-        if t.start_after:
-            release = -1.0
-            for d, off in t.start_after:
-                s = start[d]
-                if s > now:
-                    now = s
-                r = s + off
-                if r > release:
-                    release = r
-                if r > best_t:
-                    best, best_t = d, r
-            if release > now:
-                now = now + (release - now)
-        binding[i] = best if best_t > prev_end else -1
-        start[i] = now
-        end[i] = now + t.duration if t.duration > 0 else now
-    return Timeline(tuple(tasks), tuple(start), tuple(end), tuple(binding), tuple(stream_prev))
-
-
 @dataclass(frozen=True)
 class Flow:
     """The network part of a task for :func:`execute_fluid`: ``transfer_s`` seconds of
@@ -558,7 +489,7 @@ def execute_fluid(tasks: Sequence[Task], flows: Mapping[int, Flow],
     sharing) without being slowed itself."""
     bg = background or {}
     n = len(tasks)
-    stream_prev, stream_next = _structure(tasks)
+    stream_prev, stream_next = stream_links(tasks)
     waits = [0] * n
     on_end: list[list[int]] = [[] for _ in range(n)]
     on_start: list[list[int]] = [[] for _ in range(n)]
@@ -635,14 +566,7 @@ def execute_fluid(tasks: Sequence[Task], flows: Mapping[int, Flow],
         t = tasks[i]
         p = stream_prev[i]
         prev_end = end[p] if p >= 0 else 0.0
-        best, best_t = -1, -1.0
-        for d in t.deps:
-            if end[d] > best_t:
-                best, best_t = d, end[d]
-        for d, off in t.start_after:
-            if start[d] + off > best_t:
-                best, best_t = d, start[d] + off
-        binding[i] = best if best_t > prev_end else -1
+        binding[i] = binding_of(t, start, end, prev_end)
         start[i] = now
         for j in on_start[i]:
             satisfy(j, now)
