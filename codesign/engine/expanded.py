@@ -66,6 +66,7 @@ from codesign.engine.executor import (
 from codesign.engine.training import (
     GRAD_REDUCE_BYTES,
     PARAM_BYTES,
+    TaskBuilder,
     _local_params,
     time_chunks,
 )
@@ -670,14 +671,12 @@ def fluid_pass(ops: Sequence[Op], compute: ComputeModel, faults: _LinkFactors
 # --- the pipeline ----------------------------------------------------------------------------
 
 
-class _Builder:
-    """Tasks with symbolic keys (as in :mod:`codesign.engine.training`), plus the unit each
-    task belongs to and its network flow or background load for contention."""
+class _Builder(TaskBuilder):
+    """Tasks with symbolic keys (:class:`~codesign.engine.training.TaskBuilder`), plus the unit
+    each task belongs to and its network flow or background load for contention."""
 
     def __init__(self) -> None:
-        self.rows: list[tuple[Hashable, str, float, tuple[Hashable, ...], str, str,
-                              tuple[tuple[Hashable, float], ...],
-                              tuple[tuple[str, float], ...]]] = []
+        super().__init__()
         self.unit: list[tuple[int, int] | None] = []
         self.flows: dict[Hashable, Flow] = {}
         self.background: dict[Hashable, tuple[tuple[Resource, float], ...]] = {}
@@ -687,16 +686,8 @@ class _Builder:
             start_after: tuple[tuple[Hashable, float], ...] = (),
             breakdown: tuple[tuple[str, float], ...] = (),
             unit: tuple[int, int] | None = None) -> Hashable:
-        self.rows.append((key, stream, duration, deps, name, category, start_after, breakdown))
         self.unit.append(unit)
-        return key
-
-    def tasks(self) -> tuple[list[Task], dict[Hashable, int]]:
-        ids = {row[0]: i for i, row in enumerate(self.rows)}
-        tasks = [Task(i, stream, dur, tuple(ids[d] for d in deps), name, cat,
-                      tuple((ids[d], off) for d, off in after), bd)
-                 for i, (_, stream, dur, deps, name, cat, after, bd) in enumerate(self.rows)]
-        return tasks, ids
+        return super().add(key, stream, duration, deps, name, category, start_after, breakdown)
 
 
 @dataclass

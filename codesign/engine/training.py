@@ -68,18 +68,23 @@ def time_chunks(graph: TrainingGraph, compute: ComputeModel,
     return out
 
 
-class _Builder:
-    """Collects tasks with symbolic keys, then numbers them for the executor."""
+class TaskBuilder:
+    """Collects tasks with symbolic keys, then numbers them for the executor. A key names one
+    task: adding it twice is a bug (a dependency on it would silently bind to one of them)."""
 
     def __init__(self) -> None:
         self.rows: list[tuple[Hashable, str, float, tuple[Hashable, ...], str, str,
                               tuple[tuple[Hashable, float], ...],
                               tuple[tuple[str, float], ...]]] = []
+        self._keys: set[Hashable] = set()
 
     def add(self, key: Hashable, stream: str, duration: float, deps: tuple[Hashable, ...] = (),
             name: str = "", category: str = "",
             start_after: tuple[tuple[Hashable, float], ...] = (),
             breakdown: tuple[tuple[str, float], ...] = ()) -> Hashable:
+        if key in self._keys:
+            raise ValueError(f"task key {key!r} added twice")
+        self._keys.add(key)
         self.rows.append((key, stream, duration, deps, name, category, start_after, breakdown))
         return key
 
@@ -117,7 +122,7 @@ def simulate_step(graph: TrainingGraph, compute: ComputeModel, network: NetworkM
     def comm(kind: str, group: str, size: float) -> float:
         return network.collective(kind, group, size).time_s
 
-    b = _Builder()
+    b = TaskBuilder()
     orders = schedule(p.pipeline_schedule, pp, vpp, graph.num_microbatches)
     sync_grads = zero < 3 and (dense_n > 1 or expert_n > 1)
     gather_params = zero in (1, 2) and (dense_n > 1 or expert_n > 1)
