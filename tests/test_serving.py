@@ -604,3 +604,36 @@ def test_kv_blocks_match_a_recount_every_step(scheduler: dict[str, Any],
     res = simulate_serving(kv_tight_spec(scheduler, n=25))
     assert checked[0] == len(res.instances[0].steps) > 50
     assert res.instances[0].preemptions > 0
+
+
+# --- CPU engines ------------------------------------------------------------------------------
+
+
+def test_cpu_engine_from_the_catalog_serves_a_model() -> None:
+    """A catalog CPU socket is an engine device like a GPU: the same roofline prices its steps.
+    Batch-1 decode of Llama 3 8B reads every weight once, so on one socket it takes at least
+    weight bytes / DDR bandwidth and about that over the memory-bound efficiency."""
+    from codesign.serving.step_cost import InferencePlan, StepCostModel
+    from codesign.specs.catalog import load_gpu, load_model, load_topology
+
+    cpu = load_gpu("xeon-8480")
+    assert cpu.kind == "cpu"
+    cost = StepCostModel.build(load_model("llama3-8b"), cpu, load_topology(cpu.default_topology),
+                               InferencePlan())
+    floor_s = cost.weight_bytes_per_gpu / cpu.hbm_bytes_per_s
+    t = cost.step_time_s([], [128])
+    assert floor_s / cpu.efficiency.memory_bound < t < 1.3 * floor_s / cpu.efficiency.memory_bound
+
+    spec = ServingSpec.parse({
+        "engines": [{"name": "cpu", "device": "xeon-8480", "count": 1,
+                     "models": [{"model": "llama3-8b"}],
+                     "scheduler": {"name": "continuous"}}],
+        "clients": [{"name": "c", "model": "llama3-8b",
+                     "arrival": {"process": "constant", "rate_rps": 0.1}, "num_requests": 3,
+                     "input_tokens": {"dist": "fixed", "value": 64},
+                     "output_tokens": {"dist": "fixed", "value": 8}}]})
+    res = simulate_serving(spec)
+    assert all(r.finish_s is not None for r in res.requests)
+    # one request at a time: each of its 7 later tokens is one batch-1 decode step
+    tpot = res.metrics()["latency_s"]["tpot"]["p50"]
+    assert tpot == pytest.approx(cost.step_time_s([], [70]), rel=0.05)

@@ -275,7 +275,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 def _describe(kind: str, d: dict[str, Any]) -> str:
     if kind == "gpus":
         peaks = d.get("peak_tflops", {})
-        return (f"bf16 {peaks.get('bf16', '?')} TFLOP/s, {d.get('hbm_capacity_GB')} GB HBM at "
+        mem = "DDR" if d.get("kind") == "cpu" else "HBM"
+        return (f"{d.get('kind', 'gpu')}: bf16 {peaks.get('bf16', '?')} TFLOP/s, "
+                f"{d.get('hbm_capacity_GB')} GB {mem} at "
                 f"{d.get('hbm_bandwidth_TBps')} TB/s, system {d.get('default_topology')}")
     if kind == "topologies":
         if d.get("kind") == "fullflat":

@@ -73,9 +73,11 @@ class MeasuredTables(Spec):
 
 
 class GpuSpec(Spec):
-    """One accelerator. Peaks are dense (no structured sparsity), per GPU."""
+    """One device (GPU, CPU socket or other accelerator). Peaks are dense (no structured
+    sparsity), per device; "HBM" fields hold the device's main memory (DDR for a CPU)."""
 
-    kind: Literal["gpu"] = "gpu"
+    kind: Literal["gpu", "cpu", "accelerator"] = Field(
+        default="gpu", description="device class; every kind is priced by the same roofline")
     name: str
     aliases: tuple[str, ...] = ()
     vendor: str
