@@ -10,12 +10,13 @@ sequence arrives (or :meth:`Scheduler.idle_wait_s` passes).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from codesign.serving.engine import RECEIVING, Instance, Seq, StepPlan, blocks_for
 
 
-class Scheduler:
+class Scheduler(ABC):
     """Base class: subclasses set ``name`` and implement :meth:`schedule`."""
 
     name: ClassVar[str] = "base"
@@ -28,16 +29,16 @@ class Scheduler:
         self.watermark = int(frac * inst.total_blocks)
         inst.max_seq_blocks = inst.total_blocks - self.watermark
 
+    @abstractmethod
     def schedule(self) -> StepPlan | None:
         """The next step, or ``None`` when there is nothing to run."""
-        raise NotImplementedError
 
     def after_prefill(self, seq: Seq) -> None:
         """``seq`` produced its first token and has more to generate: decode it here."""
         self.inst.join_decode(seq)
 
-    def after_step(self, plan: StepPlan) -> None:
-        """Hook after a step has been applied."""
+    def after_step(self, plan: StepPlan) -> None:  # noqa: B027 - optional hook
+        """Hook after a step has been applied (default: nothing to do)."""
 
     def idle_wait_s(self) -> float | None:
         """While idle with work queued, wake after this many seconds (``None``: on arrival)."""
