@@ -22,10 +22,13 @@ from codesign.errors import CodesignError
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="codesign",
-        description="Datacenter co-design simulator for LLM training: how fast does model M "
-                    "train on system S with plan P, and why?",
+        description="Datacenter co-design simulator for LLMs: how fast does model M train "
+                    "(or serve) on system S with plan P, and why? Which plan, which system?",
         epilog="Examples:\n  codesign simulate\n  codesign simulate --model gpt3-175b --gpu h100 "
                "--gpus 32768 --tp 8 --pp 8 --vpp 3 --global-batch 4096 --format json\n"
+               "  codesign search --model gpt3-175b --gpu h100 --gpus 1024 --global-batch 1024\n"
+               "  codesign experiment run fullflat-vs-twotier\n"
+               "  codesign serve examples/serving/rag-reasoning.yaml\n"
                "  codesign list",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--version", action="version", version=f"codesign {__version__}")
