@@ -372,19 +372,15 @@ def trtllm_bench_settings(model: ModelSpec, plan: InferencePlan, gpu: GpuSpec, i
     requests = available * kv_fraction / (per_token * (input_len + output_len))
     raw_bs = min(requests, 4096) / plan.pp
     raw_tokens = min(raw_bs * (1 + input_len / output_len), 32768)
-    if raw_bs < 256:
-        max_bs = max(64, 32 * math.ceil(raw_bs / 32))
-    elif raw_bs < 1024:
-        max_bs = 128 * math.ceil(raw_bs / 128)
-    else:
-        max_bs = 256 * math.ceil(raw_bs / 256)
-    if raw_tokens < 4096:
-        max_tokens = max(2048, 256 * math.ceil(raw_tokens / 256))
-    elif raw_tokens < 8192:
-        max_tokens = 512 * math.ceil(raw_tokens / 512)
-    else:
-        max_tokens = 1024 * math.ceil(raw_tokens / 1024)
+    max_bs = max(64, _round_up(raw_bs, ((256, 32), (1024, 128), (math.inf, 256))))
+    max_tokens = max(2048, _round_up(raw_tokens, ((4096, 256), (8192, 512), (math.inf, 1024))))
     return max_bs, max_tokens
+
+
+def _round_up(x: float, tiers: tuple[tuple[float, int], ...]) -> int:
+    """``x`` rounded up to the step of the first tier whose bound exceeds it."""
+    step = next(s for bound, s in tiers if x < bound)
+    return step * math.ceil(x / step)
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,7 @@ from codesign.workload.layers import (
 )
 from codesign.workload.ops import OpTemplate, comm, evaluate, memory
 from codesign.workload.symbolic import Sym
+from codesign.workload.training import layer_assignment
 
 #: activation bytes per element (bf16) outside GEMM inputs
 ACT_BYTES = 2.0
@@ -202,17 +203,12 @@ def inference_problems(model: ModelSpec, plan: InferencePlan,
 
 
 def stage_layers(num_layers: int, pp: int) -> list[range]:
-    """Layers of each pipeline stage: as even as possible, extra layers to the middle stages
-    (which carry neither the embedding nor the LM head), as in training."""
-    base, extra = divmod(num_layers, pp)
-    counts = [base] * pp
-    order = sorted(range(pp), key=lambda v: (abs(v - (pp - 1) / 2), v))
-    for v in order[:extra]:
-        counts[v] += 1
+    """Layers of each pipeline stage, split as in training
+    (:func:`codesign.workload.training.layer_assignment`)."""
     out, start = [], 0
-    for c in counts:
-        out.append(range(start, start + c))
-        start += c
+    for layers in layer_assignment(num_layers, pp):
+        out.append(range(start, start + len(layers)))
+        start += len(layers)
     return out
 
 
