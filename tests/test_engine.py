@@ -203,3 +203,41 @@ def test_first_forward_waits_only_for_its_first_parameter_bucket() -> None:
     assert len(gathers) == 4 + 2  # layers + embedding + head
     assert tl.start[first_f.id] == pytest.approx(tl.end[gathers[0].id])
     assert tl.start[first_f.id] < tl.end[gathers[-1].id]
+
+
+@pytest.mark.parametrize("scatter_gather", [False, True])
+def test_blocking_pipeline_sends_match_hand_computation(scatter_gather: bool) -> None:
+    """1F1B, 2 stages, 4 micro-batches, F = 1, B = 2, sends of x seconds that hold the sender's
+    compute stream (Megatron-LM 2021-22) and, scatter/gathered, a TP all-gather of g seconds
+    on the receiver's compute stream before the pass that needs it.
+
+    Hand-derived timeline: every pass of the chain F0(s0) F0(s1) B0(s1) B0(s0) F2(s0) F2(s1)
+    ... B3(s0) waits for its input, and five sends (F0, B0, F2 ... in turn) and five gathers lie
+    on it, so stage 0 ends at 15 + 5(x + g)."""
+    from codesign.engine.training import pipeline_send_seconds
+    from codesign.workload.dims import pipeline_message
+
+    run = tiny_run(num_gpus=4, tp=2, pp=2, schedule="1f1b", global_batch_size=4,
+                   zero_stage=0, pipeline_scatter_gather=scatter_gather, overlap_p2p=False)
+    run = run.model_copy(update={"topology": fast_network(bandwidth_GBps=1e-4, latency_us=0)})
+    graph = build_training_graph(run)
+    timings = {(v, ph): _fixed(F if ph == "F" else B, ph) for v in range(2) for ph in "FB"}
+    net = NetworkModel.from_parallelism(run.topology, run.parallel, dp=run.dp)
+    message = pipeline_message(run)
+    full = run.parallel.micro_batch_size * run.seq_len * run.model.hidden_size * 2.0
+    assert message == ((full / 2, full) if scatter_gather else (full, 0.0))
+    x, g = pipeline_send_seconds(net, message)
+    assert x > 0.05 and (g > 0.05) == scatter_gather  # large enough to matter
+    result = simulate_step(graph, ComputeModel(run.gpu), net, timings=timings)
+    tl = result.timeline
+    opt = next(t for t in tl.tasks if t.name == "optimizer" and t.stream == "s0/compute")
+    assert tl.start[opt.id] == pytest.approx(15.0 + 5 * (x + g))
+    sends = [t for t in tl.tasks if t.name.startswith("send_")]
+    assert len(sends) == 8 and all(t.stream.endswith("/compute") for t in sends)
+    gathers = [t for t in tl.tasks if t.name.startswith("gather_")]
+    assert len(gathers) == (8 if scatter_gather else 0)
+    assert all(t.stream.endswith("/compute") for t in gathers)
+    bd = result.breakdown_s
+    assert sum(bd.values()) == pytest.approx(result.step_time_s)
+    # stage 0's compute stream carries its 4 sends and (scatter/gathered) 4 gathers
+    assert bd["comm:pp"] >= 4 * (x + g) - 1e-9

@@ -198,6 +198,10 @@ HEALTHY = [
          global_batch_size=64, placement_order=("tp", "dp", "pp", "cp", "ep")),
     dict(model="llama3-8b", gpu="h100", num_gpus=16, tp=2, pp=1, global_batch_size=16,
          zero_stage=1, overlap_grad_reduce=True, overlap_param_gather=True),
+    # Megatron-LM 2021-22 pipeline: scatter/gathered, blocking sends, interleaved
+    dict(model="gpt3-175b", gpu="a100", num_gpus=512, tp=8, pp=8, vpp=3,
+         global_batch_size=128, zero_stage=0, recompute="full", flash_attention=False,
+         overlap_grad_reduce=False, pipeline_scatter_gather=True, overlap_p2p=False),
 ]
 
 

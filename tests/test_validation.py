@@ -15,7 +15,14 @@ from codesign.cli import main
 from codesign.specs.base import evolve
 from codesign.validation.calibrate import FixedCase, fit_fraction, with_fraction
 from codesign.validation.runner import run_csv, summarize
-from codesign.validation.training_cases import MappedCase, Measurement, iter_cases
+from codesign.validation.training_cases import (
+    MappedCase,
+    Measurement,
+    _interleaving_allowed,
+    iter_cases,
+    map_row,
+    read_rows,
+)
 
 SMALL = Path(__file__).parent / "data" / "validation_small.csv"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "validation" / "training_cases.csv"
@@ -63,6 +70,46 @@ def test_validate_json_error_arithmetic(capsys: pytest.CaptureFixture[str]) -> N
     assert summ["mean_abs_error_pct"] == pytest.approx(np.mean(errs))
     assert summ["p90_abs_error_pct"] == pytest.approx(np.percentile(errs, 90))
     assert summ["max_abs_error_pct"] == pytest.approx(errs.max())
+
+
+def test_unstated_micro_batch_size_is_tuned_like_a_benchmark_run() -> None:
+    # T001 states no micro-batch size: 512 sequences over DP 32 = 16 per replica, so every
+    # size of 1, 2, 4, 8 dividing 16 is a candidate and the fastest feasible one is reported
+    t001 = _mapped()["T001"]
+    assert isinstance(t001, MappedCase)
+    runs = t001.candidates[0]
+    assert sorted(r.parallel.micro_batch_size for r in runs) == [1, 2, 4, 8]
+    assert any("micro-batch size not given" in a for a in t001.assumptions)
+    reports = [simulate_run(r) for r in runs]
+    fastest = min(r.step_time_s for r in reports if r.feasible and r.step_time_s)
+    result = run_csv(SMALL)
+    (r001,) = [r for r in result if r.case_id == "T001"]
+    flops = 96 * 512 * 2048 * 24 * 2304**2 * (1 + 2048 / (6 * 2304) + 51200 / (16 * 24 * 2304))
+    assert r001.predicted == pytest.approx(flops / fastest / 32 / 1e12, rel=1e-9)
+    chosen = [a for a in r001.assumptions if a.startswith("micro-batch ") and "given" not in a]
+    assert len(chosen) == 1
+    # a stated size is taken as given: T025 has micro-batch 1 and a single candidate
+    t025 = _mapped()["T025"]
+    assert isinstance(t025, MappedCase)
+    assert [r.parallel.micro_batch_size for r in t025.candidates[0]] == [1]
+
+
+def test_interleaving_candidates_follow_megatron_constraints() -> None:
+    # Megatron: layers per virtual stage must divide the layers of a pipeline stage
+    assert [v for v in range(2, 9) if _interleaving_allowed("megatron-core", 84, 2, v)] == [
+        2, 3, 6, 7]  # 42 layers per stage
+    assert not any(_interleaving_allowed("megatron-core", 92, 4, v) for v in range(2, 9))  # 23
+    assert not _interleaving_allowed("megatron-core", 90, 4, 2)  # 90 / 4 is not whole
+    # Megatron-LM 2021-22 asserted pp > 2 for the interleaved schedule
+    assert not _interleaving_allowed("megatron-2021", 48, 2, 2)
+    assert _interleaving_allowed("megatron-2021", 48, 4, 2)
+    assert _interleaving_allowed("llama3", 126, 16, 4)  # uneven stages allowed elsewhere
+    # through the row mapping: T001 moved to pp 2 keeps one (non-interleaved) depth per size
+    (row,) = [r for r in read_rows(SMALL) if r["case_id"] == "T001"]
+    case = map_row({**row, "pp": "2", "num_gpus": "64"})
+    assert {r.parallel.vpp for g in case.candidates for r in g} == {1}
+    case = map_row({**row, "pp": "4", "num_gpus": "128"})  # 24 layers: 6 per stage
+    assert {r.parallel.vpp for g in case.candidates for r in g} == {2, 3, 6}
 
 
 def test_validate_table_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

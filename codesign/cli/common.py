@@ -42,6 +42,11 @@ BOOL_FLAGS = [
     ("overlap-grad-reduce", "overlap_grad_reduce", "overlap DP gradient reduction with backward"),
     ("overlap-param-gather", "overlap_param_gather", "overlap parameter all-gathers with compute"),
     ("tp-comm-overlap", "tp_comm_overlap", "overlap TP communication with GEMMs"),
+    ("pipeline-scatter-gather", "pipeline_scatter_gather",
+     "without SP: split pipeline sends over the TP ranks' links, all-gather at the receiver"),
+    ("overlap-p2p", "overlap_p2p",
+     "pipeline sends run beside compute (--no-overlap-p2p: the sender waits, as in "
+     "Megatron-LM 2021-22)"),
 ]
 
 

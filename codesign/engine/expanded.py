@@ -84,6 +84,7 @@ from codesign.network.flows import (
 )
 from codesign.network.model import NetworkModel
 from codesign.network.placement import group_dims
+from codesign.workload.dims import pipeline_message
 from codesign.workload.schedules import schedule
 from codesign.workload.training import (
     ADAM_BYTES_PER_PARAM,
@@ -842,8 +843,12 @@ def simulate_expanded(graph: TrainingGraph, computes: Sequence[ComputeModel],
         opt_op[s] = Op(name="optimizer", kind="memory", category="optimizer", layer=-1,
                        bytes=opt_params * ADAM_BYTES_PER_PARAM)
 
-    sp_div = p.tp if (p.sequence_parallel and p.tp > 1) else 1
-    act_bytes = p.micro_batch_size * run.seq_len / p.cp * run.model.hidden_size * 2.0 / sp_div
+    # per sending rank; a scatter/gathered send ends with a TP all-gather at the receiver
+    # (priced on the healthy network: link faults are modelled on the pipeline links)
+    act_bytes, gathered = pipeline_message(run)
+    gather_s = network.collective("all_gather", "tp", gathered).time_s if gathered else 0.0
+    # a blocking send holds the sending stage's compute stream (overlap_p2p off)
+    blocking = not p.overlap_p2p
 
     # replica classes
     rep_keys: dict[tuple[int, ...], list[int]] = defaultdict(list)
@@ -1001,6 +1006,18 @@ def simulate_expanded(graph: TrainingGraph, computes: Sequence[ComputeModel],
             u = units[k][stage]
             pre = f"k{k}/s{stage}"
             cs, dps = f"{pre}/compute", f"{pre}/dp"
+            send_f, send_b = (cs, cs) if blocking else (f"{pre}/send_fwd", f"{pre}/send_bwd")
+
+            def received(ph: str, mb: int, v: int, k: int = k, cs: str = cs,
+                         stage: int = stage) -> Hashable:
+                """The neighbour's send of pass (ph, mb, v), or the all-gather of its pieces
+                on this stage's compute stream (scatter/gathered sends)."""
+                send = (k, "PF" if ph == "F" else "PB", mb, v)
+                if not gather_s:
+                    return send
+                return bld.add((k, "PG", *send[1:]), cs, gather_s, (send,),
+                               name=f"gather_{send[1]}{mb}", category=comm_category("pp"),
+                               unit=(k, stage))
             chunks = [by_v[c * pp + stage] for c in range(vpp)]
             first_bucket: dict[int, Hashable] = {}
             if gather_params and p.overlap_param_gather:
@@ -1021,7 +1038,7 @@ def simulate_expanded(graph: TrainingGraph, computes: Sequence[ComputeModel],
                 if ph == "F":
                     if v > 0:
                         deps.append((k, "F", mb, v - 1) if (v - 1) % pp == stage
-                                    else (k, "PF", mb, v - 1))
+                                    else received("F", mb, v - 1))
                     if c not in first_f:
                         first_f.add(c)
                         if c in first_bucket:
@@ -1029,7 +1046,7 @@ def simulate_expanded(graph: TrainingGraph, computes: Sequence[ComputeModel],
                 else:
                     if v < n_v - 1:
                         deps.append((k, "B", mb, v + 1) if (v + 1) % pp == stage
-                                    else (k, "PB", mb, v + 1))
+                                    else received("B", mb, v + 1))
                     last_b[c] = key
                 bld.add(key, cs, pt.compute_time, tuple(deps), name=f"{ph}{mb}.v{v}",
                       category="forward" if ph == "F" else "backward", breakdown=pt.breakdown,
@@ -1042,14 +1059,14 @@ def simulate_expanded(graph: TrainingGraph, computes: Sequence[ComputeModel],
                                        name=f"tail.{ph}{mb}.v{v}", category=cat,
                                        unit=(k, stage)))
                 if ph == "F" and v < n_v - 1 and (v + 1) % pp != stage:
-                    kk = bld.add((k, "PF", mb, v), f"{pre}/send_fwd", u.send_fwd, (key,),
+                    kk = bld.add((k, "PF", mb, v), send_f, u.send_fwd, (key,),
                                name=f"send_fwd{mb}", category=comm_category("pp"),
                                unit=(k, stage))
                     if contention:
                         bld.flows[kk] = _send_flow(faults, act_bytes, u.send_fwd_pid,
                                                  resource, k, stage, stage + 1)
                 if ph == "B" and v > 0 and (v - 1) % pp != stage:
-                    kk = bld.add((k, "PB", mb, v), f"{pre}/send_bwd", u.send_bwd, (key,),
+                    kk = bld.add((k, "PB", mb, v), send_b, u.send_bwd, (key,),
                                name=f"send_bwd{mb}", category=comm_category("pp"),
                                unit=(k, stage))
                     if contention:

@@ -17,6 +17,7 @@ from codesign.engine.executor import Task, Timeline, attribute, execute
 from codesign.hardware.compute import ComputeModel
 from codesign.ir import Op
 from codesign.network.model import NetworkModel
+from codesign.workload.dims import pipeline_message
 from codesign.workload.schedules import schedule
 from codesign.workload.training import (
     ADAM_BYTES_PER_PARAM,
@@ -40,6 +41,17 @@ class StepResult:
     timeline: Timeline = field(repr=False)
     chunk_timings: dict[tuple[int, str], ChunkTiming] = field(repr=False)
 
+
+
+def pipeline_send_seconds(network: NetworkModel,
+                          message: tuple[float, float]) -> tuple[float, float]:
+    """``(seconds of one pipeline send, seconds of the receiver's TP all-gather)`` for a
+    message ``(bytes per sending rank, bytes all-gathered over TP at the receiver)``
+    (:func:`codesign.workload.dims.pipeline_message`); the gather is 0 when there is none.
+    The receiver runs the gather on its compute stream before the pass that needs it."""
+    send, gathered = message
+    gather = network.collective("all_gather", "tp", gathered).time_s if gathered else 0.0
+    return network.collective("p2p", "pp", send).time_s, gather
 
 def _ops_key(ops: tuple[Op, ...]) -> Hashable:
     return tuple((o.name, o.category, o.flops, o.bytes, o.size, o.group, o.mnk) for o in ops)
@@ -115,20 +127,30 @@ def simulate_step(graph: TrainingGraph, compute: ComputeModel, network: NetworkM
     dense_n = network.group_size(dense_grp)
     expert_n = network.group_size(expert_grp)
 
-    sp_div = p.tp if (p.sequence_parallel and p.tp > 1) else 1
-    act_bytes = p.micro_batch_size * run.seq_len / p.cp * run.model.hidden_size * 2.0 / sp_div
-    p2p = network.collective("p2p", "pp", act_bytes).time_s if pp > 1 else 0.0
+    p2p, gather = pipeline_send_seconds(network, pipeline_message(run)) if pp > 1 else (0., 0.)
 
     def comm(kind: str, group: str, size: float) -> float:
         return network.collective(kind, group, size).time_s
 
     b = TaskBuilder()
+    def received(ph: str, mb: int, v: int, stream: str) -> Hashable:
+        """What a pass waits for from the neighbouring stage's send of pass (ph, mb, v): the
+        send, or the all-gather of its pieces on the receiver's ``stream``."""
+        send = ("PF" if ph == "F" else "PB", mb, v)
+        if not gather:
+            return send
+        return b.add(("PG", *send), stream, gather, (send,), name=f"gather_{send[0]}{mb}",
+                     category=comm_category("pp"))
+
     orders = schedule(p.pipeline_schedule, pp, vpp, graph.num_microbatches)
     sync_grads = zero < 3 and (dense_n > 1 or expert_n > 1)
     gather_params = zero in (1, 2) and (dense_n > 1 or expert_n > 1)
 
     for stage in range(pp):
         cs, dps = f"s{stage}/compute", f"s{stage}/dp"
+        # a blocking send holds the sending stage's compute stream (Megatron-LM 2021-22)
+        send_f, send_b = (cs, cs) if not p.overlap_p2p else (f"s{stage}/send_fwd",
+                                                             f"s{stage}/send_bwd")
         chunks = [by_v[c * pp + stage] for c in range(vpp)]
         # ZeRO-1/2: this step's parameters were all-gathered after the last optimizer step;
         # overlapped (Megatron --overlap-param-gather), the gather runs in per-layer buckets at
@@ -152,14 +174,16 @@ def simulate_step(graph: TrainingGraph, compute: ComputeModel, network: NetworkM
             deps: list[Hashable] = []
             if ph == "F":
                 if v > 0:
-                    deps.append(("F", mb, v - 1) if (v - 1) % pp == stage else ("PF", mb, v - 1))
+                    deps.append(("F", mb, v - 1) if (v - 1) % pp == stage
+                                else received("F", mb, v - 1, cs))
                 if c not in first_f:
                     first_f.add(c)
                     if c in first_bucket:
                         deps.append(first_bucket[c])
             else:
                 if v < n_v - 1:
-                    deps.append(("B", mb, v + 1) if (v + 1) % pp == stage else ("PB", mb, v + 1))
+                    deps.append(("B", mb, v + 1) if (v + 1) % pp == stage
+                                else received("B", mb, v + 1, cs))
                 last_b[c] = key
             b.add(key, cs, t.compute_time, tuple(deps), name=f"{ph}{mb}.v{v}",
                   category="forward" if ph == "F" else "backward", breakdown=t.breakdown)
@@ -167,10 +191,10 @@ def simulate_step(graph: TrainingGraph, compute: ComputeModel, network: NetworkM
                 tails.append(b.add(("TAIL", key, cat), f"s{stage}/{cat}", dt, (key,),
                                    name=f"tail.{ph}{mb}.v{v}", category=cat))
             if ph == "F" and v < n_v - 1 and (v + 1) % pp != stage:
-                b.add(("PF", mb, v), f"s{stage}/send_fwd", p2p, (key,), name=f"send_fwd{mb}",
+                b.add(("PF", mb, v), send_f, p2p, (key,), name=f"send_fwd{mb}",
                       category=comm_category("pp"))
             if ph == "B" and v > 0 and (v - 1) % pp != stage:
-                b.add(("PB", mb, v), f"s{stage}/send_bwd", p2p, (key,), name=f"send_bwd{mb}",
+                b.add(("PB", mb, v), send_b, p2p, (key,), name=f"send_bwd{mb}",
                       category=comm_category("pp"))
         last_compute = orders[stage][-1]
         last_key = (last_compute[0], last_compute[1], last_compute[2] * pp + stage)

@@ -25,7 +25,8 @@ from codesign.units import GiB
 #: plan columns of a row (``plan.<name>``): the plan actually simulated
 PLAN_COLUMNS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "global_batch_size",
                 "seq_len", "recompute", "zero_stage", "sequence_parallel", "tp_comm_overlap",
-                "overlap_grad_reduce", "overlap_param_gather", "dtype", "schedule")
+                "overlap_grad_reduce", "overlap_param_gather", "pipeline_scatter_gather",
+                "overlap_p2p", "dtype", "schedule")
 #: metric columns (NaN unless the point is ok)
 METRIC_COLUMNS = ("step_time_s", "mfu", "hfu", "tokens_per_s", "tflops_per_gpu",
                   "hardware_tflops_per_gpu", "memory_GiB",

@@ -39,7 +39,7 @@ import numpy as np
 
 from codesign.engine.chunk import ChunkTiming, op_tasks, time_chunk
 from codesign.engine.executor import execute_in_order
-from codesign.engine.training import GRAD_REDUCE_BYTES, PARAM_BYTES
+from codesign.engine.training import GRAD_REDUCE_BYTES, PARAM_BYTES, pipeline_send_seconds
 from codesign.hardware.compute import ComputeModel
 from codesign.ir import Category, Op
 from codesign.network.model import NetworkModel
@@ -49,6 +49,7 @@ from codesign.search.pipeline import compile_program, live_vectors, pipeline_tim
 from codesign.search.space import PlanPoint, plan_run
 from codesign.specs.run import TrainingRun
 from codesign.units import GiB
+from codesign.workload.dims import pipeline_message_of
 from codesign.workload.memory import GRAD_BYTES, WEIGHT_BYTES
 from codesign.workload.training import (
     ADAM_BYTES_PER_PARAM,
@@ -358,9 +359,10 @@ class Estimator:
             b_cost.append(fb[1])
 
         # pipeline (with ZeRO-1/2 first-bucket gates), gradient buckets, optimizer
-        sp_div = tp if (point.sequence_parallel and tp > 1) else 1
-        act_bytes = mbs * base.seq_len / cp * self.model.hidden_size * 2.0 / sp_div
-        x = net.collective("p2p", "pp", act_bytes).time_s if pp > 1 else 0.0
+        message = pipeline_message_of(mbs, base.seq_len, cp, self.model.hidden_size, tp,
+                                      point.sequence_parallel, par.pipeline_scatter_gather)
+        x, xg = pipeline_send_seconds(net, message) if pp > 1 else (0.0, 0.0)
+        blocking = not par.overlap_p2p
         sync = zero < 3 and (dense_n > 1 or expert_n > 1)
         gather = zero in (1, 2) and (dense_n > 1 or expert_n > 1)
         coll = net.collective
@@ -405,12 +407,14 @@ class Estimator:
                 v = c * pp + s
                 durations[(s * vpp + c) * 2] = f_cost[v].time_s
                 durations[(s * vpp + c) * 2 + 1] = b_cost[v].time_s
-        pkey = (kind, pp, vpp, n, x, tuple(durations), tuple(gates) if gates else None)
+        pkey = (kind, pp, vpp, n, x, xg, blocking, tuple(durations),
+                tuple(gates) if gates else None)
         pipe = self._pipes.get(pkey)
         if pipe is None:
             if len(self._pipes) > 4096:
                 self._pipes.clear()
-            pipe = pipeline_times(kind, pp, vpp, n, durations, x, gates)
+            pipe = pipeline_times(kind, pp, vpp, n, durations, x, gates, blocking=blocking,
+                                  gather=xg)
             self._pipes[pkey] = pipe
 
         stage_end: list[float] = []

@@ -115,10 +115,13 @@ class PipelineTimes:
 
 
 def run_program(prog: Program, durations: list[float], x: float,
-                gates: list[float] | None) -> PipelineTimes:
+                gates: list[float] | None, blocking: bool = False,
+                gather: float = 0.0) -> PipelineTimes:
     """Evaluate ``prog``. ``durations[(s·vpp + c)·2 + phase]`` (phase 0 forward, 1 backward)
     are chunk-pass times, ``x`` the time of one pipeline send, ``gates[s·vpp + c]`` the time
-    the first forward of chunk ``c`` on stage ``s`` may start (None: no gate)."""
+    the first forward of chunk ``c`` on stage ``s`` may start (None: no gate). ``blocking``:
+    a send holds its stage's compute stream (``overlap_p2p`` off); ``gather``: seconds the
+    receiver's compute stream spends all-gathering a scatter/gathered send before the pass."""
     pp, vpp = prog.pp, prog.vpp
     free = [0.0] * pp
     send_free = [0.0] * (2 * pp)
@@ -135,6 +138,9 @@ def run_program(prog: Program, durations: list[float], x: float,
                     w = a - r
                     wait_pp[s] += x if w > x else w
                 r = a
+            if via_send and gather:
+                r += gather
+                wait_pp[s] += gather
         if gates is not None and gate >= 0:
             g = gates[gate]
             if g > r:
@@ -143,7 +149,10 @@ def run_program(prog: Program, durations: list[float], x: float,
         e = r + durations[slot]
         free[s] = e
         end[i] = e
-        if send >= 0:
+        if send >= 0 and blocking:  # the compute stream carries the send
+            free[s] = arrive[i] = e + x
+            wait_pp[s] += x
+        elif send >= 0:
             t = send_free[send]
             if e > t:
                 t = e
@@ -159,7 +168,8 @@ def run_program(prog: Program, durations: list[float], x: float,
 
 def pipeline_times(kind: str, pp: int, vpp: int, n: int, durations: list[float], x: float,
                    gates: list[float] | None = None,
-                   max_tasks: int = MAX_TASKS) -> PipelineTimes:
+                   max_tasks: int = MAX_TASKS, blocking: bool = False,
+                   gather: float = 0.0) -> PipelineTimes:
     """Stage end times of ``n`` micro-batches under schedule ``kind``.
 
     Exact (the engine's times for the same chunk times) up to ``WARM_GROUPS + 1`` groups of
@@ -173,12 +183,12 @@ def pipeline_times(kind: str, pp: int, vpp: int, n: int, durations: list[float],
     """
     passes = 2 * pp * vpp
     if n <= (WARM_GROUPS + 1) * pp:
-        return run_program(compile_program(kind, pp, vpp, n), durations, x, gates)
+        return run_program(compile_program(kind, pp, vpp, n), durations, x, gates, blocking, gather)
     m = WARM_GROUPS if passes * (2 * WARM_GROUPS + 1) * pp <= max_tasks else 1
     n1 = m * pp
     n2 = n1 + pp
-    a = run_program(compile_program(kind, pp, vpp, n1), durations, x, gates)
-    b = run_program(compile_program(kind, pp, vpp, n2), durations, x, gates)
+    a = run_program(compile_program(kind, pp, vpp, n1), durations, x, gates, blocking, gather)
+    b = run_program(compile_program(kind, pp, vpp, n2), durations, x, gates, blocking, gather)
     k = (n - n2) / pp
 
     def ext(u: float, w: float) -> float:

@@ -43,6 +43,16 @@ class ParallelismSpec(Spec):
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     tp_comm_overlap: bool = False
+    pipeline_scatter_gather: bool = Field(
+        default=False,
+        description="without sequence parallelism, split each pipeline send over the TP ranks "
+                    "(each sends 1/tp on its own NIC) and all-gather it over TP at the receiver "
+                    "(Megatron-LM 2021-22 default; Narayanan et al. 2021 Sec. 4.1)")
+    overlap_p2p: bool = Field(
+        default=True,
+        description="pipeline sends run beside compute; False: a stage waits for its own send "
+                    "before its next pass (Megatron-LM 2021-22 synchronized after each "
+                    "batch_isend_irecv)")
     placement_order: tuple[Dim, ...] = Field(default=DEFAULT_PLACEMENT)
     collective_algorithm: Literal["auto", "ring", "tree", "hierarchical", "in_network"] = "auto"
 

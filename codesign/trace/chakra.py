@@ -77,6 +77,7 @@ from codesign.trace.schema import (
     varint,
 )
 from codesign.units import GB, TFLOPS, US
+from codesign.workload.dims import pipeline_message
 from codesign.workload.schedules import schedule
 from codesign.workload.training import (
     ADAM_BYTES_PER_PARAM,
@@ -101,15 +102,6 @@ Slot = tuple[str, tuple[str, ...]]  # ("group", layout dims) | ("self"|"next"|"p
 
 
 # --- models --------------------------------------------------------------------------------
-
-
-def pipeline_message_bytes(run: TrainingRun) -> float:
-    """Bytes of one pipeline send (activations forward, their gradient backward), as
-    :func:`codesign.engine.training.simulate_step` prices it: one micro-batch's hidden
-    states in bf16, split by CP and, with sequence parallelism, by TP."""
-    p = run.parallel
-    sp_div = p.tp if (p.sequence_parallel and p.tp > 1) else 1
-    return p.micro_batch_size * run.seq_len / p.cp * run.model.hidden_size * 2.0 / sp_div
 
 
 def optimizer_params(chunk: ChunkGraph, zero: int, dense_n: int, expert_n: int) -> float:
@@ -176,7 +168,8 @@ class _StageBuilder:
         self.dense_grp, self.expert_grp = state_groups(p)
         self.dense_n = network.group_size(self.dense_grp)
         self.expert_n = network.group_size(self.expert_grp)
-        self.p2p_bytes = pipeline_message_bytes(run)
+        # per sending rank; scatter/gathered sends add a TP all-gather at the receiver
+        self.p2p_bytes, self.p2p_gather_bytes = pipeline_message(run)
         self.p2p_s = network.collective("p2p", "pp", self.p2p_bytes).time_s if p.pp > 1 else 0.0
         self._op_time: dict[int, float] = {}  # id(op) -> seconds; the graph keeps ops alive
 
@@ -211,13 +204,29 @@ class _StageBuilder:
             prog.stream_last["dp"] = out[-1]
         return out
 
-    def _send(self, prog: _Program, name: str, peer: str, tag: int, end: int) -> None:
-        """A pipeline send after the pass ending at ``end``, in order on its stream."""
+    def _send(self, prog: _Program, name: str, peer: str, tag: int, end: int) -> int:
+        """A pipeline send after the pass ending at ``end``, in order on its stream (on the
+        compute stream when sends block). Returns what the stage's next pass waits for:
+        ``end``, or the send when sends block."""
+        if not self.p.overlap_p2p:
+            return prog.add(_Node(name, NODE_TYPE["COMM_SEND_NODE"], [end], self.p2p_s,
+                                  size=self.p2p_bytes, peer=peer, tag=tag))
         stream = f"send_{peer}"
         deps = [end, prog.stream_last[stream]] if stream in prog.stream_last else [end]
         prog.stream_last[stream] = prog.add(_Node(
             name, NODE_TYPE["COMM_SEND_NODE"], deps, self.p2p_s, size=self.p2p_bytes,
             peer=peer, tag=tag))
+        return end
+
+    def _recv(self, prog: _Program, name: str, peer: str, tag: int, last: int) -> int:
+        """A pipeline receive, then (scatter/gathered sends) the TP all-gather of the pieces;
+        returns the node the next pass waits for."""
+        recv = prog.add(_Node(name, NODE_TYPE["COMM_RECV_NODE"], [last], self.p2p_s,
+                              size=self.p2p_bytes, peer=peer, tag=tag))
+        if not self.p2p_gather_bytes:
+            return recv
+        return self._coll(prog, name.replace("recv", "gather"), "all_gather", "tp",
+                          self.p2p_gather_bytes, [recv])
 
     def _pass(self, prog: _Program, ops: tuple[Op, ...], label: str,
               entry: list[int]) -> tuple[int, dict[int, int]]:
@@ -289,10 +298,8 @@ class _StageBuilder:
                     if (v - 1) % pp == stage:
                         entry.append(pass_end[("F", mb, v - 1)])
                     else:
-                        entry.append(prog.add(_Node(
-                            f"recv_fwd.{label}", NODE_TYPE["COMM_RECV_NODE"], [last],
-                            self.p2p_s, size=self.p2p_bytes, peer="prev",
-                            tag=self.tag(mb, v - 1, _FWD))))
+                        entry.append(self._recv(prog, f"recv_fwd.{label}", "prev",
+                                                self.tag(mb, v - 1, _FWD), last))
                 if c not in first_f:
                     first_f.add(c)
                     entry += first_bucket.get(c, [])
@@ -302,17 +309,15 @@ class _StageBuilder:
                     if (v + 1) % pp == stage:
                         entry.append(pass_end[("B", mb, v + 1)])
                     else:
-                        entry.append(prog.add(_Node(
-                            f"recv_bwd.{label}", NODE_TYPE["COMM_RECV_NODE"], [last],
-                            self.p2p_s, size=self.p2p_bytes, peer="next",
-                            tag=self.tag(mb, v + 1, _BWD))))
+                        entry.append(self._recv(prog, f"recv_bwd.{label}", "next",
+                                                self.tag(mb, v + 1, _BWD), last))
                 ops = self.by_v[v].backward
             end, layer_last = self._pass(prog, ops, label, entry)
             pass_end[(ph, mb, v)] = last = end
             if ph == "F" and v < n_v - 1 and (v + 1) % pp != stage:
-                self._send(prog, f"send_fwd.{label}", "next", self.tag(mb, v, _FWD), end)
+                last = self._send(prog, f"send_fwd.{label}", "next", self.tag(mb, v, _FWD), end)
             if ph == "B" and v > 0 and (v - 1) % pp != stage:
-                self._send(prog, f"send_bwd.{label}", "prev", self.tag(mb, v, _BWD), end)
+                last = self._send(prog, f"send_bwd.{label}", "prev", self.tag(mb, v, _BWD), end)
             if sync and ph == "B" and last_b[c] == i:
                 # buckets in the order backward releases them (the engine's order)
                 buckets = sorted(((layer_last.get(layer, end), layer, dense, expert)

@@ -35,7 +35,8 @@ from codesign.ir import Op
 from codesign.network.model import NetworkModel
 from codesign.report.training import TrainingReport
 from codesign.specs.run import TrainingRun
-from codesign.trace.chakra import optimizer_params, pipeline_message_bytes
+from codesign.trace.chakra import optimizer_params
+from codesign.workload.dims import pipeline_message
 from codesign.workload.training import ADAM_BYTES_PER_PARAM, TrainingGraph, state_groups
 
 _PASS = re.compile(r"^(?P<ph>[FB])(?P<mb>\d+)\.v(?P<v>\d+)$")
@@ -115,7 +116,7 @@ def chrome_trace(graph: TrainingGraph, step: StepResult,
                                 * ADAM_BYTES_PER_PARAM)
         for layer, dense, expert in ch.layer_params:
             layer_params.setdefault((ch.stage, layer), (dense, expert))
-    p2p_bytes = pipeline_message_bytes(run)
+    p2p_bytes = pipeline_message(run)[0]
     tracks = _Tracks()
     events: list[dict[str, Any]] = []
 

@@ -6,7 +6,10 @@ Settings a row leaves out take the documented defaults of the framework that pro
 * **Megatron-LM 2021-22** (Narayanan et al. 2021; Korthikanti et al. 2022): unfused softmax
   attention (FlashAttention postdates these runs), no distributed optimizer (ZeRO 0),
   gradient all-reduce after the backward pass (no overlap), fp32 gradient reduction,
-  vocabulary 51,200 (GPT-2 BPE padded), plain GELU MLP of 4h.
+  vocabulary 51,200 (GPT-2 BPE padded), plain GELU MLP of 4h; pipeline sends scatter/gathered
+  over the TP ranks (``--scatter-gather-tensors-in-pipeline``, on by default; Narayanan et
+  al. 2021 Sec. 4.1) and blocking (``p2p_communication._communicate`` synchronizes after
+  ``batch_isend_irecv``; p2p overlap arrived with Megatron-Core).
 * **Megatron-Core / NeMo** (2023+): flash attention, distributed optimizer (ZeRO-1),
   overlapped gradient reduce and parameter gather, sequence parallelism when tp > 1,
   TP communication overlap on H100-class GPUs with tp > 1.
@@ -20,6 +23,7 @@ Micro-batch size, interleaving depth and recompute, when not given, follow rules
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -157,6 +161,21 @@ def topology_of(row: dict[str, str], gpu_default: str, notes: list[str]) -> str:
     return gpu_default
 
 
+def _interleaving_allowed(framework: str, num_layers: int, pp: int, vpp: int) -> bool:
+    """Whether ``framework`` can run ``vpp`` model chunks per pipeline rank.
+
+    Megatron sets interleaving by ``--num-layers-per-virtual-pipeline-stage`` and asserts that
+    it divides the layers of a pipeline stage (``num_layers / pp``), so every chunk holds the
+    same number of layers; Megatron-LM 2021-22 also asserted ``pp > 2`` for the interleaved
+    schedule (``megatron/arguments.py``). Other frameworks split layers unevenly.
+    """
+    if framework not in ("megatron-2021", "megatron-core"):
+        return True
+    if num_layers % pp or (num_layers // pp) % vpp:
+        return False
+    return framework != "megatron-2021" or pp > 2
+
+
 def _yes(text: str) -> bool | None:
     """'yes'/'no' (possibly followed by details); None for empty or 'not stated'."""
     first = re.split(r"[^a-z]+", text.strip().lower(), maxsplit=1)[0]
@@ -208,17 +227,23 @@ def map_row(row: dict[str, str]) -> MappedCase:
         notes.append(f"ZeRO not stated: stage {plan['zero_stage']} ({fw} default)")
     if fw == "megatron-2021":
         plan.update(flash_attention=False, overlap_grad_reduce=False,
-                    overlap_param_gather=False)
+                    overlap_param_gather=False, pipeline_scatter_gather=True,
+                    overlap_p2p=False)
     elif fw == "megatron-core":
         overlap = tp > 1 and gpu.name != "a100-80gb"
         plan["tp_comm_overlap"] = overlap and sp
-    mbs = int_cell(row, "micro_batch_size")
-    if mbs is None:
-        mbs = 1
-        notes.append("micro-batch size not given: 1")
-    plan["micro_batch_size"] = mbs
-
     dp = n // (tp * pp * cp) if tp * pp * cp else 0
+    mbs_given = int_cell(row, "micro_batch_size")
+    if mbs_given is None:
+        # not given: a tuned benchmark run uses the micro-batch size that runs fastest;
+        # every size that divides the per-replica batch is a candidate (recorded per run)
+        per_replica = gbs // dp if dp else 0
+        mbs_list = [m for m in (1, 2, 4, 8) if per_replica and per_replica % m == 0] or [1]
+        notes.append("micro-batch size not given: the fastest of "
+                     f"{', '.join(map(str, mbs_list))}")
+    else:
+        mbs_list = [mbs_given]
+    mbs = mbs_list[0]
     n_mb = gbs // (mbs * dp) if dp and mbs else 0
     vpp_text = row.get("vpp", "").lower()
     vpp_given = int_cell(row, "vpp")
@@ -227,7 +252,8 @@ def map_row(row: dict[str, str]) -> MappedCase:
     elif pp > 1 and ("interleaved" in vpp_text or not vpp_text or "not stated" in vpp_text):
         # not given: every depth the schedule allows is a candidate and the fastest is kept,
         # as a user of the framework tunes it (recorded per candidate)
-        vpps = [v for v in range(2, 9) if model.num_layers >= pp * v and n_mb % pp == 0] or [1]
+        vpps = [v for v in range(2, 9) if model.num_layers >= pp * v and n_mb % pp == 0
+                and _interleaving_allowed(fw, model.num_layers, pp, v)] or [1]
         if "interleaved" not in vpp_text:
             vpps = [1, *[v for v in vpps if v > 1]]
         plan["vpp"] = vpps
@@ -248,19 +274,21 @@ def map_row(row: dict[str, str]) -> MappedCase:
     candidates, cand_notes = [], []
     for rc in recomputes:
         group = []
-        for vpp in vpp_list:
-            par = ParallelismSpec.parse({**plan, "recompute": rc, "vpp": vpp},
-                                        f"case {row['case_id']}")
+        for mb, vpp in itertools.product(mbs_list, vpp_list):
+            par = ParallelismSpec.parse({**plan, "recompute": rc, "vpp": vpp,
+                                         "micro_batch_size": mb}, f"case {row['case_id']}")
             run = TrainingRun(model=model, gpu=gpu, topology=topo, parallel=par, num_gpus=n)
             problems = plan_problems(run)
             if problems:
-                if len(vpp_list) == 1:
+                if len(vpp_list) * len(mbs_list) == 1:
                     raise Unsupported("; ".join(problems))
                 continue
             group.append(run)
             note = []
             if len(recomputes) > 1:
                 note.append(f"recompute {rc}")
+            if len(mbs_list) > 1:
+                note.append(f"micro-batch {mb}")
             if len(vpp_list) > 1:
                 note.append(f"vpp {vpp}")
             cand_notes.append(tuple(note))

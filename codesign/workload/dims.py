@@ -81,6 +81,34 @@ def layer_structure(run: TrainingRun, moe_layer: bool) -> LayerStructure:
     )
 
 
+def pipeline_message(run: TrainingRun) -> tuple[float, float]:
+    """One pipeline send per micro-batch (activations forward, their gradient backward):
+    ``(bytes each sending rank puts on the wire, bytes the receiving TP group all-gathers
+    afterwards)``; the second is 0 unless the send is scatter/gathered.
+
+    The message is one micro-batch's hidden states in bf16, split by CP. With sequence
+    parallelism every TP rank already holds ``1/tp`` of it; with
+    ``pipeline_scatter_gather`` (no SP) each TP rank sends ``1/tp`` of the replicated tensor
+    over its own link and the receivers all-gather it over the scale-up domain (Narayanan et
+    al. 2021, Sec. 4.1); otherwise every TP rank sends the whole tensor.
+    """
+    p = run.parallel
+    return pipeline_message_of(p.micro_batch_size, run.seq_len, p.cp, run.model.hidden_size,
+                               p.tp, p.sequence_parallel, p.pipeline_scatter_gather)
+
+
+def pipeline_message_of(micro_batch_size: int, seq_len: int, cp: int, hidden_size: int,
+                        tp: int, sequence_parallel: bool,
+                        scatter_gather: bool) -> tuple[float, float]:
+    """:func:`pipeline_message` from the plan's numbers (bytes, bytes)."""
+    full = micro_batch_size * seq_len / cp * hidden_size * 2.0
+    if tp > 1 and sequence_parallel:
+        return full / tp, 0.0
+    if tp > 1 and scatter_gather:
+        return full / tp, full
+    return full, 0.0
+
+
 def bind_dims(run: TrainingRun, unsharded: bool = False) -> dict[str, float]:
     """Numbers for every template dimension (see :mod:`codesign.workload.layers`).
 
