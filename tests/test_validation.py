@@ -18,6 +18,7 @@ from codesign.validation.runner import run_csv, summarize
 from codesign.validation.training_cases import (
     MappedCase,
     Measurement,
+    Unsupported,
     _interleaving_allowed,
     iter_cases,
     map_row,
@@ -151,3 +152,10 @@ def test_full_training_validation_simulates_every_complete_row() -> None:
         assert r.status in ("ok", "infeasible", "unsupported")
         assert r.status == "ok" or r.reason
     assert summarize(results)["n"] >= 40
+
+
+def test_a_row_whose_every_candidate_is_invalid_says_why() -> None:
+    # T001 with TP 5 (24 heads): every micro-batch candidate fails the same plan check
+    (row,) = [r for r in read_rows(SMALL) if r["case_id"] == "T001"]
+    with pytest.raises(Unsupported, match="tp 5 does not divide num_heads 24"):
+        map_row({**row, "tp": "5", "num_gpus": "40"})

@@ -272,6 +272,7 @@ def map_row(row: dict[str, str]) -> MappedCase:
     vpp_options = plan.pop("vpp", 1)
     vpp_list = vpp_options if isinstance(vpp_options, list) else [vpp_options]
     candidates, cand_notes = [], []
+    first_problems: list[str] = []
     for rc in recomputes:
         group = []
         for mb, vpp in itertools.product(mbs_list, vpp_list):
@@ -280,8 +281,7 @@ def map_row(row: dict[str, str]) -> MappedCase:
             run = TrainingRun(model=model, gpu=gpu, topology=topo, parallel=par, num_gpus=n)
             problems = plan_problems(run)
             if problems:
-                if len(vpp_list) * len(mbs_list) == 1:
-                    raise Unsupported("; ".join(problems))
+                first_problems = first_problems or problems
                 continue
             group.append(run)
             note = []
@@ -293,6 +293,8 @@ def map_row(row: dict[str, str]) -> MappedCase:
                 note.append(f"vpp {vpp}")
             cand_notes.append(tuple(note))
         candidates.append(tuple(group))
+    if not any(candidates):  # no candidate setting gives a valid plan: say why the first fails
+        raise Unsupported("; ".join(first_problems))
     return MappedCase(case_id=row["case_id"], source=row.get("source", ""), framework=fw,
                       candidates=tuple(candidates), candidate_notes=tuple(cand_notes),
                       measurement=measurement, assumptions=tuple(notes))
