@@ -450,6 +450,10 @@ def replay_step_s(prefix: Path) -> float:
          zero_stage=3),
     dict(model="llama3-8b", num_gpus=8, tp=2, pp=2, global_batch_size=4, zero_stage=0,
          overlap_grad_reduce=False),
+    # Megatron-LM 2021-22 sends: scatter/gathered over TP and blocking
+    dict(model="llama3-8b", num_gpus=8, tp=2, pp=2, vpp=2, global_batch_size=8,
+         zero_stage=0, sequence_parallel=False, pipeline_scatter_gather=True,
+         overlap_p2p=False),
 ])
 def test_replaying_the_trace_gives_the_engines_step_time(tmp_path: Path,
                                                          plan: dict[str, Any]) -> None:
