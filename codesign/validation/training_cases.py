@@ -183,7 +183,14 @@ def _yes(text: str) -> bool | None:
 
 
 def map_row(row: dict[str, str]) -> MappedCase:
-    """Turn one CSV row into candidate runs; raises :class:`Unsupported` with the reason."""
+    """Turn one CSV row into candidate runs; raises :class:`Unsupported` with the reason.
+
+    Settings a practitioner tunes, when the row leaves them out, become candidates:
+    recompute is the least of none / selective / full that fits in HBM (one candidate group
+    each, tried in that order); within a group, every micro-batch size of 1, 2, 4, 8 dividing
+    the per-replica batch and every interleaving depth of 2-8 the framework can run
+    (:func:`_interleaving_allowed`) is a run, and the fastest feasible run is reported.
+    """
     fw = framework_of(row)
     notes: list[str] = [f"framework defaults: {fw}"]
     measurement = measurement_of(row, fw)
