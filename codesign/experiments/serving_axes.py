@@ -40,13 +40,13 @@ import itertools
 import types
 import typing
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from codesign.catalogs import catalog_root
 from codesign.errors import CodesignError, SpecError
 from codesign.specs.catalog import read_data_file
 from codesign.specs.serving import ServingSpec
@@ -92,7 +92,7 @@ DEFAULT_SERVING_METRICS = ("goodput_rps", "ttft_p99_s", "tpot_p99_s", "e2e_p50_s
 # ---- serving systems --------------------------------------------------------------------------
 
 def _catalog_root() -> Any:
-    return resources.files("codesign.catalogs.experiments")
+    return catalog_root("experiments")
 
 
 def catalog_serving_systems() -> list[str]:

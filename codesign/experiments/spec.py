@@ -31,13 +31,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from codesign.catalogs import catalog_root
 from codesign.errors import CodesignError, SpecError
 from codesign.experiments.serving_axes import (
     DEFAULT_SERVING_METRICS,
@@ -473,7 +473,7 @@ def _check_path(path: str, entries: Entries, where: str, field_only: bool = Fals
 # ---- loading ----------------------------------------------------------------------------------
 
 def _catalog_files() -> Iterator[tuple[str, Any]]:
-    root = resources.files("codesign.catalogs.experiments")
+    root = catalog_root("experiments")
     for entry in sorted(root.iterdir(), key=lambda e: e.name):
         if entry.name.endswith((".yaml", ".yml")):
             yield entry.name, entry
@@ -534,9 +534,9 @@ def load_experiment(name_or_path: str | Path) -> ExperimentSpec:
     ref = str(name_or_path)
     names = {n: n for n, _ in list_experiments()}
     if ref in names and not Path(ref).is_file():
-        entry = resources.files("codesign.catalogs.experiments").joinpath(f"{ref}.yaml")
+        entry = catalog_root("experiments").joinpath(f"{ref}.yaml")
         if not entry.is_file():
-            entry = resources.files("codesign.catalogs.experiments").joinpath(f"{ref}.yml")
+            entry = catalog_root("experiments").joinpath(f"{ref}.yml")
         origin = f"experiments/{entry.name}"
         try:
             data = yaml.safe_load(entry.read_text())

@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from functools import cache, lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import TypeAdapter, ValidationError
 
+from codesign.catalogs import catalog_root
 from codesign.errors import SpecError
 from codesign.specs.base import Spec, format_validation_error
 from codesign.specs.gpu import GpuSpec
@@ -48,7 +48,7 @@ def read_data_file(path: Path) -> Any:
 
 
 def _catalog_files(kind: CatalogKind) -> Iterator[tuple[str, Any]]:
-    root = resources.files(f"codesign.catalogs.{kind}")
+    root = catalog_root(kind)
     for entry in sorted(root.iterdir(), key=lambda e: e.name):
         if entry.name.endswith((".yaml", ".yml")):
             yield entry.name, yaml.safe_load(entry.read_text())
@@ -119,7 +119,7 @@ def gpu_base_dir(ref: str) -> Path | None:
     """
     hit = _catalog_index("hardware").get(_normalize(ref))
     if hit is not None:
-        root = resources.files("codesign.catalogs.hardware")
+        root = catalog_root("hardware")
         return Path(str(root)) if isinstance(root, Path) else None
     path = Path(ref)
     if path.is_file():
