@@ -1,7 +1,8 @@
 """Timing of one chunk pass (one virtual stage, one micro-batch, forward or backward).
 
 Operators become tasks on the rank's compute stream and one stream per communication group
-kind, wired by the overlap rule of each collective (see :data:`codesign.workload.ops.Overlap`),
+kind, wired by the overlap rule of each collective
+(:func:`codesign.workload.step_program.wire_pass`, stated once for every consumer),
 then run by :func:`codesign.engine.executor.execute`. Micro-batches of one chunk are identical,
 so each distinct chunk pass is simulated once and reused by the pipeline.
 """
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 from codesign.engine.executor import COMM_PREFIX, Task, Timeline, attribute, execute
 from codesign.ir import GROUP_STREAM, Op
+from codesign.workload.step_program import wire_pass
 
 
 @dataclass(frozen=True)
@@ -33,37 +35,16 @@ def comm_category(group: str | None) -> str:
 
 def op_tasks(ops: Sequence[Op], compute_time: Callable[[Op], float],
              comm_time: Callable[[Op], float]) -> list[Task]:
-    """Tasks for a chunk's operators, wired by each collective's overlap rule."""
+    """Tasks for a chunk's operators, wired by each collective's overlap rule
+    (:func:`codesign.workload.step_program.wire_pass`)."""
     tasks: list[Task] = []
-    prev = prev2 = -1  # last and second-to-last compute task
-    pending: list[int] = []  # comms the next compute op waits for
-    deferred: list[int] = []  # comms the compute op after next waits for
-    for op in ops:
-        tid = len(tasks)
+    for tid, (op, deps) in enumerate(zip(ops, wire_pass(ops), strict=True)):
         if op.kind != "comm":
-            deps = tuple(pending)
-            pending, deferred = deferred, []
             tasks.append(Task(tid, "compute", compute_time(op), deps, op.name, op.category,
                               meta=(("layer", op.layer),)))
-            prev2, prev = prev, tid
-            continue
-        dur = comm_time(op)
-        if op.overlap == "prev":
-            deps = (prev2,) if prev2 >= 0 else ()
-            pending.append(tid)
-        elif op.overlap == "next":
-            deps = (prev,) if prev >= 0 else ()
-            deferred.append(tid)
-        elif op.overlap == "prefetch":
-            deps = ()
-            pending.append(tid)
-        elif op.overlap == "async":
-            deps = (prev,) if prev >= 0 else ()
-        else:  # blocking: also after blocking collectives it consumes (dispatch -> gather)
-            deps = ((prev,) if prev >= 0 else ()) + tuple(pending)
-            pending.append(tid)
-        tasks.append(Task(tid, op.stream, dur, deps, op.name,
-                          comm_category(op.group), meta=(("layer", op.layer),)))
+        else:
+            tasks.append(Task(tid, op.stream, comm_time(op), deps, op.name,
+                              comm_category(op.group), meta=(("layer", op.layer),)))
     return tasks
 
 

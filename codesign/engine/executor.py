@@ -12,18 +12,19 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Generator, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import simpy
 
 COMM_PREFIX = "comm:"
 
 
-@dataclass(frozen=True)
-class Task:
+class Task(NamedTuple):
     """One unit of work. ``duration`` in seconds; ``breakdown`` optionally splits it by
-    category (values sum to ``duration``) for composite tasks such as a whole chunk."""
+    category (values sum to ``duration``) for composite tasks such as a whole chunk;
+    ``meta`` carries what the task stands for (e.g. its step-program node) for consumers.
+    A named tuple: step programs create tens of thousands per simulation."""
 
     id: int
     stream: str
@@ -33,7 +34,7 @@ class Task:
     category: str = ""
     start_after: tuple[tuple[int, float], ...] = ()
     breakdown: tuple[tuple[str, float], ...] = ()
-    meta: tuple[tuple[str, Any], ...] = field(default=(), compare=False)
+    meta: tuple[tuple[str, Any], ...] = ()
 
     @property
     def is_comm(self) -> bool:

@@ -1,33 +1,55 @@
-"""Simulate one training step: representative ranks (one per pipeline stage), their compute,
-pipeline send, and data-parallel streams, under the plan's pipeline schedule.
+"""Simulate one training step: price the step program and run it.
+
+The step's structure (passes in schedule order, sends, gradient buckets, optimizer, parameter
+gathers) is the unpriced :class:`~codesign.workload.step_program.StepProgram`; this module
+prices its nodes (chunk passes by :func:`time_chunks`, collectives by the network model, the
+optimizer by the compute model) and runs them with the one-pass in-order executor
+(:func:`~codesign.engine.executor.execute_in_order`; the SimPy executor
+:func:`~codesign.engine.executor.execute` gives the same timeline and serves as the
+reference in tests).
 
 Symmetry: every rank of a stage (across TP, CP, EP and DP) runs the same operators on the same
 amount of data, so one representative per stage is simulated and each collective is priced from
-its group's placement on the topology. Simulation cost grows with pipeline depth and
-micro-batches, not with the GPU count.
-"""
+its group's placement on the topology: the cost does not grow with the GPU count.
 
+Identical micro-batches: the schedule's steady state repeats every ``pp`` micro-batches. A step
+of ``n`` micro-batches is run at two shorter counts ``n_a`` and ``n_a + pp`` with the same
+remainder (:func:`~codesign.workload.step_program.sample_counts`); when every task from the
+last steady period on (the state entering the cool-down, the cool-down itself, gradient buckets
+and optimizer) of the longer run is the shorter run's shifted by one common ``Δ``, the step is
+periodic from there (the schedule's extra period maps a shifted state to a shifted state), so
+``n`` micro-batches take ``t(n_a + pp) + (k - 1)·Δ`` exactly, with the breakdown and busy times
+extended the same way. Otherwise ``n_a`` grows until they are, or the full count is run. The
+cost is independent of the micro-batch count.
+"""
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 
 from codesign.engine.chunk import ChunkTiming, comm_category, time_chunk
-from codesign.engine.executor import Task, Timeline, attribute, execute
+from codesign.engine.executor import Task, Timeline, attribute, execute_in_order
 from codesign.hardware.compute import ComputeModel
 from codesign.ir import Op
 from codesign.network.model import NetworkModel
 from codesign.workload.dims import pipeline_message
-from codesign.workload.schedules import schedule
+from codesign.workload.schedules import SPLIT_BACKWARD, period
+from codesign.workload.step_program import GRAD_REDUCE_BYTES as GRAD_REDUCE_BYTES
+from codesign.workload.step_program import PARAM_BYTES as PARAM_BYTES
+from codesign.workload.step_program import (
+    Node,
+    StepProgram,
+    StepShape,
+    build_step_program,
+    sample_counts,
+    split_backward,
+)
 from codesign.workload.training import (
     ADAM_BYTES_PER_PARAM,
     ChunkGraph,
     TrainingGraph,
     state_groups,
 )
-
-GRAD_REDUCE_BYTES = 4.0  # Megatron reduces fp32 main gradients (ZeRO 0-2)
-PARAM_BYTES = 2.0  # bf16 working weights are gathered
 
 
 @dataclass(frozen=True)
@@ -38,8 +60,10 @@ class StepResult:
     breakdown_s: dict[str, float]  # critical stage; sums to step_time_s
     critical_stage: int
     stage_busy_s: tuple[float, ...]  # compute-stream busy time per stage
-    timeline: Timeline = field(repr=False)
+    timeline: Timeline = field(repr=False)  # of the simulated micro-batches
     chunk_timings: dict[tuple[int, str], ChunkTiming] = field(repr=False)
+    num_microbatches: int = 0  # of the step
+    simulated_microbatches: int = 0  # in ``timeline`` (fewer when a steady state was extended)
 
 
 
@@ -59,15 +83,25 @@ def _ops_key(ops: tuple[Op, ...]) -> Hashable:
 
 def time_chunks(graph: TrainingGraph, compute: ComputeModel,
                 network: NetworkModel) -> dict[tuple[int, str], ChunkTiming]:
-    """Timing of every (virtual stage, phase); identical chunk passes are simulated once."""
+    """Timing of every (virtual stage, phase); identical chunk passes are simulated once.
+    Phases are ``F`` and ``B``; schedules that split the backward time ``B`` (input
+    gradients) and ``W`` (weight gradients) separately
+    (:func:`~codesign.workload.step_program.split_backward`)."""
 
     def comm_time(op: Op) -> float:
         return network.collective(op.comm or "none", op.group or "dp", op.size).time_s
 
+    split = graph.run.parallel.pipeline_schedule in SPLIT_BACKWARD
     memo: dict[Hashable, tuple[ChunkTiming, tuple[int, ...]]] = {}
     out: dict[tuple[int, str], ChunkTiming] = {}
     for c in graph.chunks:
-        for phase, ops in (("F", c.forward), ("B", c.backward)):
+        passes: list[tuple[str, tuple[Op, ...]]] = [("F", c.forward)]
+        if split:
+            b_ops, w_ops = split_backward(c.backward)
+            passes += [("B", b_ops), ("W", w_ops)]
+        else:
+            passes.append(("B", c.backward))
+        for phase, ops in passes:
             key = _ops_key(ops)
             if key not in memo:
                 memo[key] = (time_chunk(ops, compute.time, comm_time), c.layers)
@@ -108,147 +142,182 @@ class TaskBuilder:
         return tasks, ids
 
 
-def simulate_step(graph: TrainingGraph, compute: ComputeModel, network: NetworkModel,
-                  timings: dict[tuple[int, str], ChunkTiming] | None = None) -> StepResult:
-    """Run one training step of ``graph`` and attribute the critical stage's time.
-
-    ``timings`` (per virtual stage and phase ``"F"``/``"B"``) replaces the simulated chunk
-    passes, e.g. to check schedules against hand-computed timelines.
-    """
+def step_shape(graph: TrainingGraph, network: NetworkModel) -> StepShape:
+    """The unpriced shape of ``graph``'s step (what :func:`build_step_program` needs)."""
     run = graph.run
     p = run.parallel
-    pp, vpp = p.pp, p.vpp
-    n_v = pp * vpp
-    if timings is None:
-        timings = time_chunks(graph, compute, network)
-    by_v = {c.virtual_stage: c for c in graph.chunks}
     zero = p.sharding_stage
     dense_grp, expert_grp = state_groups(p)
-    dense_n = network.group_size(dense_grp)
-    expert_n = network.group_size(expert_grp)
+    dense_n, expert_n = network.group_size(dense_grp), network.group_size(expert_grp)
+    opt = []
+    for stage in range(p.pp):
+        chunks = [c for c in graph.chunks if c.stage == stage]
+        opt.append(sum(_local_params(ch, zero, dense_n, expert_n) for ch in chunks)
+                   * ADAM_BYTES_PER_PARAM)
+    by_v = sorted(graph.chunks, key=lambda c: c.virtual_stage)
+    return StepShape(
+        schedule=p.pipeline_schedule, pp=p.pp, vpp=p.vpp,
+        num_microbatches=graph.num_microbatches,
+        buckets=tuple(c.layer_params for c in by_v), zero=zero, dense_grp=dense_grp,
+        expert_grp=expert_grp, dense_n=dense_n, expert_n=expert_n,
+        overlap_grad_reduce=p.overlap_grad_reduce,
+        overlap_param_gather=p.overlap_param_gather, overlap_p2p=p.overlap_p2p,
+        message=pipeline_message(run) if p.pp > 1 else (0.0, 0.0), opt_bytes=tuple(opt))
 
-    p2p, gather = pipeline_send_seconds(network, pipeline_message(run)) if pp > 1 else (0., 0.)
 
-    def comm(kind: str, group: str, size: float) -> float:
-        return network.collective(kind, group, size).time_s
+def price_program(program: StepProgram, timings: dict[tuple[int, str], ChunkTiming],
+                  compute: ComputeModel, network: NetworkModel) -> list[Task]:
+    """The executor tasks of ``program``: each node priced, in program order, with the
+    collectives a pass leaves running after its compute (its *tails*) as tasks of their own
+    right after it. Streams are ``s<stage>/<stream>``; each task's ``meta`` holds its node
+    (and, for a tail, its category), so consumers need not parse names."""
+    costs: dict[tuple[str, str, float], float] = {}
 
-    b = TaskBuilder()
-    def received(ph: str, mb: int, v: int, stream: str) -> Hashable:
-        """What a pass waits for from the neighbouring stage's send of pass (ph, mb, v): the
-        send, or the all-gather of its pieces on the receiver's ``stream``."""
-        send = ("PF" if ph == "F" else "PB", mb, v)
-        if not gather:
-            return send
-        return b.add(("PG", *send), stream, gather, (send,), name=f"gather_{send[0]}{mb}",
-                     category=comm_category("pp"))
+    def comm_s(node: Node) -> float:
+        total = 0.0
+        for c in node.comms:
+            key = (c.kind, c.group, c.bytes)
+            if key not in costs:
+                costs[key] = network.collective(c.kind, c.group, c.bytes).time_s
+            total += costs[key]
+        return total
 
-    orders = schedule(p.pipeline_schedule, pp, vpp, graph.num_microbatches)
-    sync_grads = zero < 3 and (dense_n > 1 or expert_n > 1)
-    gather_params = zero in (1, 2) and (dense_n > 1 or expert_n > 1)
-
-    for stage in range(pp):
-        cs, dps = f"s{stage}/compute", f"s{stage}/dp"
-        # a blocking send holds the sending stage's compute stream (Megatron-LM 2021-22)
-        send_f, send_b = (cs, cs) if not p.overlap_p2p else (f"s{stage}/send_fwd",
-                                                             f"s{stage}/send_bwd")
-        chunks = [by_v[c * pp + stage] for c in range(vpp)]
-        # ZeRO-1/2: this step's parameters were all-gathered after the last optimizer step;
-        # overlapped (Megatron --overlap-param-gather), the gather runs in per-layer buckets at
-        # the start and each chunk's first forward waits for its first bucket
-        first_bucket: dict[int, Hashable] = {}
-        if gather_params and p.overlap_param_gather:
-            for c, ch in enumerate(chunks):
-                # keyed by position: the embedding and the LM head both have layer -1
-                for i, (layer, dense, expert) in enumerate(ch.layer_params):
-                    k = b.add(("AG", stage, c, i), dps,
-                              _gather_time(comm, dense_grp, dense, expert_grp, expert),
-                              name=f"param_gather.l{layer}", category=comm_category("dp"))
-                    first_bucket.setdefault(c, k)
-        first_f: set[int] = set()
-        tails: list[Hashable] = []
-        last_b: dict[int, tuple[str, int, int]] = {}
-        for ph, mb, c in orders[stage]:
-            v = c * pp + stage
-            key = (ph, mb, v)
-            t = timings[(v, ph)]
-            deps: list[Hashable] = []
-            if ph == "F":
-                if v > 0:
-                    deps.append(("F", mb, v - 1) if (v - 1) % pp == stage
-                                else received("F", mb, v - 1, cs))
-                if c not in first_f:
-                    first_f.add(c)
-                    if c in first_bucket:
-                        deps.append(first_bucket[c])
-            else:
-                if v < n_v - 1:
-                    deps.append(("B", mb, v + 1) if (v + 1) % pp == stage
-                                else received("B", mb, v + 1, cs))
-                last_b[c] = key
-            b.add(key, cs, t.compute_time, tuple(deps), name=f"{ph}{mb}.v{v}",
-                  category="forward" if ph == "F" else "backward", breakdown=t.breakdown)
+    tasks: list[Task] = []
+    task_of: list[int] = []  # node id -> task id
+    tails: dict[int, list[int]] = {}  # stage -> tail task ids
+    opt_memo: dict[float, float] = {}
+    for node in program.nodes:
+        s = node.stage
+        tid = len(tasks)
+        task_of.append(tid)
+        deps = tuple(task_of[d] for d in node.deps)
+        stream = f"s{s}/{node.stream}"
+        meta = (("node", node),)
+        if node.kind == "pass":
+            t = timings[(node.v, node.phase)]
+            tasks.append(Task(tid, stream, t.compute_time, deps, node.name,
+                              "forward" if node.phase == "F" else "backward",
+                              breakdown=t.breakdown, meta=meta))
             for cat, dt in t.tail:  # collectives still running when compute is done
-                tails.append(b.add(("TAIL", key, cat), f"s{stage}/{cat}", dt, (key,),
-                                   name=f"tail.{ph}{mb}.v{v}", category=cat))
-            if ph == "F" and v < n_v - 1 and (v + 1) % pp != stage:
-                b.add(("PF", mb, v), send_f, p2p, (key,), name=f"send_fwd{mb}",
-                      category=comm_category("pp"))
-            if ph == "B" and v > 0 and (v - 1) % pp != stage:
-                b.add(("PB", mb, v), send_b, p2p, (key,), name=f"send_bwd{mb}",
-                      category=comm_category("pp"))
-        last_compute = orders[stage][-1]
-        last_key = (last_compute[0], last_compute[1], last_compute[2] * pp + stage)
-        grad_keys: list[Hashable] = []
-        if sync_grads:
-            kind = "all_reduce" if zero == 0 else "reduce_scatter"
-            position = {key: i for i, key in enumerate(orders[stage])}
-            buckets = []
-            for c, ch in enumerate(chunks):
-                t_b = timings[(ch.virtual_stage, "B")]
-                done_at = dict(t_b.layer_done)
-                for i, (layer, dense, expert) in enumerate(ch.layer_params):
-                    at = done_at.get(layer, t_b.compute_time)
-                    ph, mb, v = last_b[c]
-                    buckets.append((position[(ph, mb, c)], at, c, i, layer, dense, expert))
-            # buckets enter the stream in the order backward releases them
-            for _, at, c, i, layer, dense, expert in sorted(buckets):
-                dur = (comm(kind, dense_grp, dense * GRAD_REDUCE_BYTES)
-                       + (comm(kind, expert_grp, expert * GRAD_REDUCE_BYTES) if expert else 0.0))
-                k = ("GR", stage, c, i)
-                if p.overlap_grad_reduce:
-                    b.add(k, dps, dur, (), name=f"grad_reduce.l{layer}",
-                          category=comm_category("dp"), start_after=((last_b[c], at),))
-                else:
-                    b.add(k, dps, dur, (last_key,), name=f"grad_reduce.l{layer}",
-                          category=comm_category("dp"))
-                grad_keys.append(k)
-        opt_params = sum(_local_params(ch, zero, dense_n, expert_n) for ch in chunks)
-        opt_time = compute.time(Op(name="optimizer", kind="memory", category="optimizer",
-                                   layer=-1, bytes=opt_params * ADAM_BYTES_PER_PARAM))
-        b.add(("OPT", stage), cs, opt_time, (last_key, *grad_keys, *tails), name="optimizer",
-              category="optimizer")
-        if gather_params and not p.overlap_param_gather:
-            for c, ch in enumerate(chunks):
-                for i, (layer, dense, expert) in enumerate(ch.layer_params):
-                    b.add(("AG", stage, c, i), dps,
-                          _gather_time(comm, dense_grp, dense, expert_grp, expert),
-                          (("OPT", stage),), name=f"param_gather.l{layer}",
-                          category=comm_category("dp"))
+                tails.setdefault(s, []).append(len(tasks))
+                tasks.append(Task(len(tasks), f"s{s}/{cat}", dt, (tid,),
+                                  f"tail.{node.name}", cat, meta=(*meta, ("tail", cat))))
+        elif node.kind == "optimizer":
+            if node.hbm_bytes not in opt_memo:
+                opt_memo[node.hbm_bytes] = compute.time(Op(
+                    name="optimizer", kind="memory", category="optimizer", layer=-1,
+                    bytes=node.hbm_bytes))
+            extra = tuple(tails.get(s, ())) if node.after_tails else ()
+            tasks.append(Task(tid, stream, opt_memo[node.hbm_bytes], deps + extra,
+                              node.name, "optimizer", meta=meta))
+        else:
+            group = "dp" if node.kind in ("param_gather", "grad_reduce") else "pp"
+            after: tuple[tuple[int, float], ...] = ()
+            if node.release is not None:
+                src, layer = node.release
+                sn = program.nodes[src]
+                t = timings[(sn.v, sn.phase)]
+                after = ((task_of[src], dict(t.layer_done).get(layer, t.compute_time)),)
+            tasks.append(Task(tid, stream, comm_s(node), deps, node.name,
+                              comm_category(group), after, meta=meta))
+    return tasks
 
-    tasks, _ = b.tasks()
-    tl = execute(tasks)
+
+def _run(program: StepProgram, timings: dict[tuple[int, str], ChunkTiming],
+         compute: ComputeModel, network: NetworkModel,
+         executor: Callable[[Sequence[Task]], Timeline]) -> StepResult:
+    pp = program.shape.pp
+    tasks = price_program(program, timings, compute, network)
+    tl = executor(tasks)
     step = tl.makespan
     stage_end = [0.0] * pp
     busy = [0.0] * pp
     for task in tasks:
-        s = int(task.stream[1:].split("/")[0])
+        s = int(task.stream[1:].split("/", 1)[0])
         stage_end[s] = max(stage_end[s], tl.end[task.id])
         if task.stream.endswith("/compute"):
             busy[s] += task.duration
     crit = max(range(pp), key=lambda s: (stage_end[s], s))
     parts = attribute(tl, f"s{crit}/compute", step)
+    n = program.shape.num_microbatches
     return StepResult(step_time_s=step, breakdown_s=parts, critical_stage=crit,
-                      stage_busy_s=tuple(busy), timeline=tl, chunk_timings=timings)
+                      stage_busy_s=tuple(busy), timeline=tl, chunk_timings=timings,
+                      num_microbatches=n, simulated_microbatches=n)
+
+
+def _task_key(task: Task, shift: int) -> Hashable:
+    meta = dict(task.meta)
+    node: Node = meta["node"]
+    mb = node.mb + shift if node.mb >= 0 else -1
+    return (node.kind, node.stage, node.phase, mb, node.v, node.layer, node.bucket,
+            meta.get("tail"))
+
+
+def _periodic(a: StepResult, b: StepResult, per: int) -> bool:
+    """Whether ``b`` (``per`` more micro-batches) is ``a`` with one more steady period: every
+    task of ``a`` from its last steady period on (and everything after the passes) ends
+    ``Δ = step(b) - step(a)`` later in ``b``."""
+    delta = b.step_time_s - a.step_time_s
+    tol = 1e-9 * max(b.step_time_s, 1e-30)
+    ends_b = {_task_key(t, 0): b.timeline.end[t.id] for t in b.timeline.tasks}
+    first = a.num_microbatches - per
+    for t in a.timeline.tasks:
+        node: Node = dict(t.meta)["node"]
+        if 0 <= node.mb < first or (node.kind == "param_gather" and not node.deps):
+            continue  # warm-up and steady periods before the last; gathers before the step
+        other = ends_b.get(_task_key(t, per))
+        if other is None or abs(other - a.timeline.end[t.id] - delta) > tol:
+            return False
+    return True
+
+
+def _extend(a: StepResult, b: StepResult, n: int, per: int) -> StepResult:
+    """``b`` extended to ``n`` micro-batches by repeating its last period."""
+    k = (n - b.num_microbatches) // per
+    cats = set(a.breakdown_s) | set(b.breakdown_s)
+    parts = {c: b.breakdown_s.get(c, 0.0) + k * (b.breakdown_s.get(c, 0.0)
+                                                 - a.breakdown_s.get(c, 0.0)) for c in cats}
+    busy = tuple(y + k * (y - x) for x, y in zip(a.stage_busy_s, b.stage_busy_s, strict=True))
+    return replace(b, step_time_s=b.step_time_s + k * (b.step_time_s - a.step_time_s),
+                   breakdown_s={c: v for c, v in parts.items() if v > 0}, stage_busy_s=busy,
+                   num_microbatches=n)
+
+
+#: steady periods run before a step is extended (one more while it is not yet periodic)
+WARM_PERIODS = 2
+
+
+def simulate_step(graph: TrainingGraph, compute: ComputeModel, network: NetworkModel,
+                  timings: dict[tuple[int, str], ChunkTiming] | None = None, *,
+                  exact: bool = False,
+                  executor: Callable[[Sequence[Task]], Timeline] = execute_in_order
+                  ) -> StepResult:
+    """Run one training step of ``graph`` and attribute the critical stage's time.
+
+    ``timings`` (per virtual stage and phase ``"F"``/``"B"`` (/``"W"``)) replaces the
+    simulated chunk passes, e.g. to check schedules against hand-computed timelines.
+    ``exact``: run every micro-batch (for full timelines) instead of extending a periodic
+    steady state (same step time). ``executor``: the task runner (the SimPy
+    :func:`~codesign.engine.executor.execute` gives the same result, slower).
+    """
+    if timings is None:
+        timings = time_chunks(graph, compute, network)
+    shape = step_shape(graph, network)
+    n, per = shape.num_microbatches, period(shape.pp)
+
+    def run(count: int) -> StepResult:
+        return _run(build_step_program(shape.with_microbatches(count)), timings, compute,
+                    network, executor)
+
+    counts = None if exact else sample_counts(shape.pp, n, WARM_PERIODS)
+    if counts is not None:
+        a = run(counts[0])
+        while a.num_microbatches + per < n:  # slide one period at a time until periodic
+            b = run(a.num_microbatches + per)
+            if _periodic(a, b, per):
+                return _extend(a, b, n, per)
+            a = b
+    return run(n)
 
 
 def _local_params(ch: ChunkGraph, zero: int, dense_n: int, expert_n: int) -> float:

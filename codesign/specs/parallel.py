@@ -27,8 +27,10 @@ class ParallelismSpec(Spec):
     etp: int | None = Field(default=None, ge=1, description="expert tensor parallel; None = tp")
     vpp: int = Field(default=1, ge=1, description="virtual pipeline stages (chunks) per rank")
     sequence_parallel: bool = False
-    schedule: Literal["gpipe", "1f1b", "interleaved"] | None = Field(
-        default=None, description="None = interleaved when vpp > 1, else 1f1b"
+    schedule: Literal["gpipe", "1f1b", "interleaved", "zb-h1"] | None = Field(
+        default=None, description="None = interleaved when vpp > 1, else 1f1b; zb-h1 = "
+                                  "zero-bubble ZB-H1 (backward split into input and weight "
+                                  "gradients, Qi et al. 2023)"
     )
     micro_batch_size: int = Field(default=1, ge=1, description="sequences per micro-batch")
     global_batch_size: int = Field(default=1024, ge=1, description="sequences per step")
@@ -63,7 +65,7 @@ class ParallelismSpec(Spec):
             raise ValueError(f"placement_order must be a permutation of {allowed}")
         if self.schedule == "interleaved" and self.vpp < 2:
             raise ValueError("schedule 'interleaved' needs vpp >= 2")
-        if self.schedule in ("gpipe", "1f1b") and self.vpp > 1:
+        if self.schedule in ("gpipe", "1f1b", "zb-h1") and self.vpp > 1:
             raise ValueError(f"schedule '{self.schedule}' does not take vpp > 1")
         return self
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from codesign.workload.schedules import max_in_flight, schedule
+from codesign.workload.schedules import bounded_count, max_in_flight, schedule
 from codesign.workload.training import OPT_BYTES_PER_PARAM, TrainingGraph
 
 WEIGHT_BYTES = 2.0
@@ -64,7 +64,8 @@ def stage_memory(graph: TrainingGraph, stage: int, dense_n: int, expert_n: int,
     optimizer = sharded(1) * OPT_BYTES_PER_PARAM
 
     if order is None:
-        order = schedule(p.pipeline_schedule, p.pp, p.vpp, graph.num_microbatches)[stage]
+        n = bounded_count(p.pp, graph.num_microbatches)
+        order = schedule(p.pipeline_schedule, p.pp, p.vpp, n)[stage]
     saved = {c.chunk: c.saved_bytes for c in chunks}
     activations = max_in_flight(order, saved)
     payloads = [o.size for c in chunks for o in (*c.forward, *c.backward) if o.kind == "comm"]
@@ -75,6 +76,8 @@ def stage_memory(graph: TrainingGraph, stage: int, dense_n: int, expert_n: int,
 def memory_per_gpu(graph: TrainingGraph, dense_n: int, expert_n: int) -> MemoryEstimate:
     """The stage with the largest footprint (it decides whether the plan fits)."""
     p = graph.run.parallel
-    orders = schedule(p.pipeline_schedule, p.pp, p.vpp, graph.num_microbatches)
+    # the in-flight peak is reached within the warm-up and the first steady period
+    n = bounded_count(p.pp, graph.num_microbatches)
+    orders = schedule(p.pipeline_schedule, p.pp, p.vpp, n)
     stages = [stage_memory(graph, s, dense_n, expert_n, orders[s]) for s in range(p.pp)]
     return max(stages, key=lambda m: (m.total, -m.stage))

@@ -9,6 +9,17 @@ Each schedule returns, per pipeline stage, a list of ``(phase, microbatch, chunk
 * ``interleaved``: virtual chunks; warm-up ``2·(pp - stage - 1) + (vpp - 1)·pp``; forward
   ``k`` runs chunk ``(k mod pp·vpp) // pp`` of micro-batch ``(k // (pp·vpp))·pp + k mod pp``;
   backwards visit chunks in reverse (Narayanan et al. 2021, Sec. 2.2).
+* ``zb-h1``: zero-bubble ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism",
+  arXiv 2401.10241, Sec. 2.1): the backward is split into ``B`` (input gradients, on the
+  critical path between stages) and ``W`` (weight gradients, needed only by the optimizer).
+  The order is 1F1B's, with each stage's ``W`` passes lagging its ``B`` passes by ``stage``
+  passes (the last stage defers the most) and the deferred ``W`` passes filling the cool-down.
+  With equal F, B and W times the step is ``3m + (pp - 1)`` pass times against 1F1B's
+  ``3m + 3(pp - 1)``: a third of 1F1B's bubble, as the paper states, at 1F1B's number of
+  micro-batches in flight on the first stage.
+
+A phase is ``"F"`` (forward), ``"B"`` (backward; input and weight gradients unless the schedule
+has ``"W"`` passes) or ``"W"`` (weight gradients, split schedules only).
 """
 
 from __future__ import annotations
@@ -56,21 +67,71 @@ def interleaved(pp: int, vpp: int, n_mb: int) -> list[list[Step]]:
     return out
 
 
+def zb_h1(pp: int, n_mb: int) -> list[list[Step]]:
+    """ZB-H1 (see the module docstring): 1F1B with ``W`` passes lagging by ``stage``."""
+    return [_zb_h1_stage(pp, n_mb, stage) for stage in range(pp)]
+
+
+def _zb_h1_stage(pp: int, n_mb: int, stage: int) -> list[Step]:
+    warm = min(pp - stage - 1, n_mb)
+    order: list[Step] = [("F", m, 0) for m in range(warm)]
+    pending: list[int] = []  # backwards whose weight gradients are not computed yet
+    for i in range(n_mb):
+        if i < n_mb - warm:
+            order.append(("F", warm + i, 0))
+        order.append(("B", i, 0))
+        pending.append(i)
+        # steady state: W lags by ``stage`` passes; cool-down: one W after each B
+        if len(pending) > stage or i >= n_mb - warm:
+            order.append(("W", pending.pop(0), 0))
+    return order + [("W", m, 0) for m in pending]
+
+
+#: schedule names, in the order the CLI lists them
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
+#: schedules that split the backward into ``B`` and ``W`` passes
+SPLIT_BACKWARD = frozenset({"zb-h1"})
+
+
 def schedule(kind: str, pp: int, vpp: int, n_mb: int) -> list[list[Step]]:
-    """Per-stage orders for schedule ``kind`` (``gpipe``, ``1f1b`` or ``interleaved``)."""
+    """Per-stage orders for schedule ``kind`` (one of :data:`SCHEDULES`)."""
     if kind == "gpipe":
         return gpipe(pp, n_mb)
     if kind == "1f1b":
         return one_f_one_b(pp, n_mb)
     if kind == "interleaved":
         return interleaved(pp, vpp, n_mb)
-    raise ValueError(f"unknown schedule {kind!r}; allowed: gpipe, 1f1b, interleaved")
+    if kind == "zb-h1":
+        return zb_h1(pp, n_mb)
+    raise ValueError(f"unknown schedule {kind!r}; allowed: {', '.join(SCHEDULES)}")
+
+
+def period(pp: int) -> int:
+    """Micro-batches after which every schedule's steady state repeats (``pp``: interleaved
+    orders cycle in groups of ``pp`` micro-batches; 1F1B, ZB-H1 and GPipe every one)."""
+    return pp
+
+
+def bounded_count(pp: int, n_mb: int, groups: int = 3) -> int:
+    """A micro-batch count ``<= n_mb`` with the same remainder modulo :func:`period` and at
+    least ``groups`` periods, so that the warm-up, one steady period and the cool-down of the
+    ``n_mb`` schedule all occur in it (peaks of in-flight micro-batches included)."""
+    per = period(pp)
+    if n_mb <= (groups + 1) * per:
+        return n_mb
+    return n_mb % per + groups * per
 
 
 def max_in_flight(order: list[Step], weights: dict[int, float]) -> float:
-    """Peak sum of ``weights[chunk]`` over forwards not yet matched by their backward."""
+    """Peak sum of ``weights[chunk]`` over forwards not yet released: by their backward, or
+    by their ``W`` pass in split schedules (the GEMM inputs stay until the weight gradients
+    are computed; counting the whole saved activation until then is conservative)."""
+    release = "W" if any(phase == "W" for phase, _, _ in order) else "B"
     live = peak = 0.0
     for phase, _, chunk in order:
-        live += weights[chunk] if phase == "F" else -weights[chunk]
+        if phase == "F":
+            live += weights[chunk]
+        elif phase == release:
+            live -= weights[chunk]
         peak = max(peak, live)
     return peak

@@ -1,0 +1,385 @@
+"""The training step as an ordered, *unpriced* program: one source of truth for the schedule.
+
+A step is a list of :class:`Node` s over every pipeline stage: chunk passes (forward ``F``,
+backward ``B``, weight-gradient ``W`` in split schedules), pipeline sends and the receiver's
+all-gather of scatter/gathered sends, data-parallel gradient buckets, the optimizer, and
+ZeRO-1/2 parameter gathers. Each node has typed dependencies (earlier node ids), the
+stage-local stream that carries it, and semantic metadata (phase, micro-batch, virtual stage,
+layer, collective, group, bytes) but no time: the symmetric engine
+(:mod:`codesign.engine.training`), the per-rank engine, the Chakra exporter, the Perfetto writer
+and the search estimator each *price* the nodes their way and *run* them. A new schedule is
+written once, in :mod:`codesign.workload.schedules`, and reaches all of them through here.
+
+**Rules the program states** (Megatron-LM's step):
+
+* a forward waits for the previous virtual stage's forward of the same micro-batch, a
+  backward for the next virtual stage's backward (on another stage: for that stage's send,
+  and, with scatter/gathered sends, for the all-gather of its pieces on the receiver's
+  compute stream); a ``W`` pass waits for its own ``B`` pass (same stream, earlier);
+* a send follows the pass that produced it, on its own stream (``send_fwd``/``send_bwd``),
+  or on the compute stream when sends block (``overlap_p2p`` off);
+* ZeRO-1/2 with ``overlap_param_gather``: per-bucket parameter all-gathers run first on the
+  ``dp`` stream and each chunk's first forward waits for its first bucket; without overlap
+  the gathers follow the optimizer;
+* gradient buckets (all-reduce for ZeRO-0, reduce-scatter for ZeRO-1/2) enter the ``dp``
+  stream in the order the last backward (``W`` pass in split schedules) of each chunk
+  releases them; overlapped, a bucket starts when its layer's gradients are done inside
+  that pass (``release``); otherwise after the stage's last pass;
+* the optimizer runs on the compute stream after the last pass, every gradient bucket, and
+  every collective the stage's passes left running (``after_tails``).
+
+Inside a pass, :func:`wire_pass` states the overlap rule of each collective (see
+:data:`codesign.ir.Overlap`) once for every consumer.
+
+**Identical micro-batches.** Every schedule's steady state repeats every
+:func:`~codesign.workload.schedules.period` micro-batches. :func:`sample_counts` gives the
+shorter micro-batch counts at which a consumer runs the program to extend it exactly to any
+count (see :mod:`codesign.engine.training`); warm-up and cool-down are always run in full.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
+
+from codesign.ir import Op
+from codesign.workload.schedules import SPLIT_BACKWARD, period, schedule
+
+NodeKind = Literal["pass", "send", "recv_gather", "param_gather", "grad_reduce", "optimizer"]
+Phase = Literal["F", "B", "W", ""]
+
+#: bytes per parameter of a reduced gradient: Megatron reduces fp32 main gradients (ZeRO 0-2)
+GRAD_REDUCE_BYTES = 4.0
+#: bytes per parameter of a gathered bf16 working weight
+PARAM_BYTES = 2.0
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective of a node: ``kind`` (``p2p``, ``all_gather``, ``reduce_scatter``,
+    ``all_reduce``) over ``group``, ``bytes`` per rank as the network model reads them."""
+
+    kind: str
+    group: str
+    bytes: float
+
+
+@dataclass(frozen=True)
+class Node:
+    """One unpriced unit of a training step on one (representative) rank of ``stage``.
+
+    ``stream`` is stage-local: ``compute``, ``send_fwd``, ``send_bwd`` or ``dp``. ``deps`` are
+    ids of earlier nodes. ``release``: ``(pass node id, layer)``: the node may start once that
+    pass has finished the layer's gradients (an offset into the pass that the pricer knows).
+    ``peer``: for sends, the stage that receives; for ``recv_gather``, the stage that sent.
+    ``bucket``: index into the chunk's ``layer_params`` for gradient and parameter buckets.
+    """
+
+    id: int
+    kind: NodeKind
+    stage: int
+    stream: str
+    deps: tuple[int, ...] = ()
+    phase: Phase = ""
+    mb: int = -1
+    v: int = -1
+    chunk: int = -1
+    layer: int = -1
+    bucket: int = -1
+    peer: int = -1
+    comms: tuple[Collective, ...] = ()
+    release: tuple[int, int] | None = None
+    after_tails: bool = False
+    hbm_bytes: float = 0.0  # optimizer: HBM traffic of the update
+
+    @property
+    def name(self) -> str:
+        """A short human-readable label (trace slices, task names)."""
+        if self.kind == "pass":
+            return f"{self.phase}{self.mb}.v{self.v}"
+        if self.kind == "send":
+            return f"send_{'fwd' if self.phase == 'F' else 'bwd'}{self.mb}"
+        if self.kind == "recv_gather":
+            return f"gather_{'PF' if self.phase == 'F' else 'PB'}{self.mb}"
+        if self.kind == "param_gather":
+            return f"param_gather.l{self.layer}"
+        if self.kind == "grad_reduce":
+            return f"grad_reduce.l{self.layer}"
+        return "optimizer"
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """Everything the program depends on, as plain hashable numbers (no times).
+
+    ``buckets[v]``: ``(layer, dense params, expert params)`` per bucket of virtual stage
+    ``v`` (the chunk's ``layer_params``); ``dense_n``/``expert_n``: ranks over which dense and
+    expert states are replicated (``dense_grp``/``expert_grp``); ``message``: bytes per sending
+    rank of a pipeline send and bytes all-gathered over TP at the receiver (0: none);
+    ``opt_bytes[s]``: HBM bytes of stage ``s``'s optimizer update.
+    """
+
+    schedule: str
+    pp: int
+    vpp: int
+    num_microbatches: int
+    buckets: tuple[tuple[tuple[int, float, float], ...], ...]
+    zero: int
+    dense_grp: str
+    expert_grp: str
+    dense_n: int
+    expert_n: int
+    overlap_grad_reduce: bool
+    overlap_param_gather: bool
+    overlap_p2p: bool
+    message: tuple[float, float]
+    opt_bytes: tuple[float, ...]
+
+    def with_microbatches(self, n: int) -> StepShape:
+        from dataclasses import replace
+
+        return replace(self, num_microbatches=n)
+
+
+@dataclass(frozen=True)
+class StepProgram:
+    """The nodes of one step in an order where every dependency and every predecessor on
+    the same stream comes first (so one pass in list order runs it)."""
+
+    shape: StepShape
+    nodes: tuple[Node, ...]
+
+    @property
+    def phases(self) -> tuple[str, ...]:
+        """Pass phases this program uses (``F``, ``B``, and ``W`` for split schedules)."""
+        return ("F", "B", "W") if self.shape.schedule in SPLIT_BACKWARD else ("F", "B")
+
+    def stage_nodes(self, stage: int) -> list[Node]:
+        return [n for n in self.nodes if n.stage == stage]
+
+
+class _Emitter:
+    def __init__(self) -> None:
+        self.nodes: list[Node] = []
+
+    def add(self, kind: NodeKind, stage: int, stream: str, **kw: object) -> int:
+        nid = len(self.nodes)
+        self.nodes.append(Node(nid, kind, stage, stream, **kw))  # type: ignore[arg-type]
+        return nid
+
+
+def _bucket_comms(kind: str, dense_grp: str, dense: float, expert_grp: str, expert: float,
+                  bytes_per_param: float) -> tuple[Collective, ...]:
+    out = (Collective(kind, dense_grp, dense * bytes_per_param),)
+    if expert:
+        out += (Collective(kind, expert_grp, expert * bytes_per_param),)
+    return out
+
+
+def _release_order(buckets: Sequence[tuple[int, float, float]]) -> list[int]:
+    """Bucket indices of one chunk in the order its last backward finishes them: the LM head
+    first, then layers from the last to the first, then the embedding. Layer -1 names both the
+    embedding and the LM head, so when a chunk holds both, the head's gradients are taken as
+    finished with the embedding's (the engine's long-standing bucket key; kept unchanged)."""
+    n = len(buckets)
+    body = sorted((i for i in range(n) if buckets[i][0] >= 0), key=lambda i: -buckets[i][0])
+    emb = [0] if n and buckets[0][0] == -1 else []
+    head = [n - 1] if n > 1 and buckets[-1][0] == -1 else []
+    if emb and head:
+        return [*body, *emb, *head]
+    return [*head, *body, *emb]
+
+
+@lru_cache(maxsize=256)
+def build_step_program(shape: StepShape) -> StepProgram:
+    """The step program of ``shape`` (cached: identical plans share one program)."""
+    pp, vpp, n = shape.pp, shape.vpp, shape.num_microbatches
+    nv = pp * vpp
+    orders = schedule(shape.schedule, pp, vpp, n)
+    split = shape.schedule in SPLIT_BACKWARD
+    zero = shape.zero
+    multi = shape.dense_n > 1 or shape.expert_n > 1
+    sync_grads = zero < 3 and multi
+    gather_params = zero in (1, 2) and multi
+    send_bytes, gathered = shape.message
+    em = _Emitter()
+
+    # ZeRO-1/2 overlapped parameter gathers: first on each stage's dp stream
+    first_bucket: dict[tuple[int, int], int] = {}
+    if gather_params and shape.overlap_param_gather:
+        for s in range(pp):
+            for c in range(vpp):
+                v = c * pp + s
+                for i, (layer, dense, expert) in enumerate(shape.buckets[v]):
+                    k = em.add("param_gather", s, "dp", v=v, chunk=c, layer=layer, bucket=i,
+                               comms=_bucket_comms("all_gather", shape.dense_grp, dense,
+                                                   shape.expert_grp, expert, PARAM_BYTES))
+                    first_bucket.setdefault((s, c), k)
+
+    ids: dict[tuple[str, int, int], int] = {}  # (phase, mb, v) -> pass node
+    sends: dict[tuple[str, int, int], int] = {}  # (phase, mb, sender v) -> send node
+    waiting: dict[tuple[str, int, int], list[int]] = {}
+    pos = [0] * pp
+    seen: set[tuple[int, int]] = set()
+    last_b: dict[tuple[int, int], int] = {}  # (stage, chunk) -> last gradient pass node
+    last_pos: dict[tuple[int, int], int] = {}
+    grad_phase = "W" if split else "B"
+    ready = list(range(pp))
+    while ready:
+        s = ready.pop()
+        order = orders[s]
+        i = pos[s]
+        while i < len(order):
+            ph, mb, c = order[i]
+            v = c * pp + s
+            deps: list[int] = []
+            if ph == "W":
+                deps.append(ids[("B", mb, v)])
+            else:
+                up = v - 1 if ph == "F" else v + 1
+                if 0 <= up < nv:
+                    if up % pp == s:  # the neighbouring chunk lives on this stage
+                        key = (ph, mb, up)
+                        if key not in ids:
+                            waiting.setdefault(key, []).append(s)
+                            break
+                        deps.append(ids[key])
+                    else:
+                        key = (ph, mb, up)
+                        if key not in sends:
+                            waiting.setdefault(key, []).append(s)
+                            break
+                        dep = sends[key]
+                        if gathered:
+                            dep = em.add("recv_gather", s, "compute", deps=(dep,), phase=ph,
+                                         mb=mb, v=up, peer=up % pp,
+                                         comms=(Collective("all_gather", "tp", gathered),))
+                        deps.append(dep)
+            if ph == "F" and (s, c) not in seen:
+                seen.add((s, c))
+                if (s, c) in first_bucket:
+                    deps.append(first_bucket[(s, c)])
+            nid = em.add("pass", s, "compute", deps=tuple(deps), phase=ph, mb=mb, v=v, chunk=c)
+            ids[(ph, mb, v)] = nid
+            if ph == grad_phase:
+                last_b[(s, c)] = nid
+                last_pos[(s, c)] = i
+            down = v + 1 if ph == "F" else v - 1 if ph == "B" else -1
+            if 0 <= down < nv and down % pp != s and ph != "W":
+                stream = ("send_fwd" if ph == "F" else "send_bwd") if shape.overlap_p2p \
+                    else "compute"
+                sends[(ph, mb, v)] = em.add(
+                    "send", s, stream, deps=(nid,), phase=ph, mb=mb, v=v, chunk=c,
+                    peer=down % pp, comms=(Collective("p2p", "pp", send_bytes),))
+                ready.extend(waiting.pop((ph, mb, v), ()))
+            else:
+                ready.extend(waiting.pop((ph, mb, v), ()))
+            i += 1
+        pos[s] = i
+    if any(pos[s] != len(orders[s]) for s in range(pp)):  # pragma: no cover - schedule bug
+        raise RuntimeError(f"schedule {shape.schedule} pp={pp} vpp={vpp} n={n} deadlocks")
+
+    for s in range(pp):
+        last = ids[(orders[s][-1][0], orders[s][-1][1], orders[s][-1][2] * pp + s)]
+        grads: list[int] = []
+        if sync_grads:
+            kind = "all_reduce" if zero == 0 else "reduce_scatter"
+            for c in sorted(range(vpp), key=lambda c: last_pos[(s, c)]):
+                v = c * pp + s
+                bl = shape.buckets[v]
+                for i in _release_order(bl):
+                    layer, dense, expert = bl[i]
+                    comms = _bucket_comms(kind, shape.dense_grp, dense, shape.expert_grp,
+                                          expert, GRAD_REDUCE_BYTES)
+                    if shape.overlap_grad_reduce:
+                        k = em.add("grad_reduce", s, "dp", v=v, chunk=c, layer=layer, bucket=i,
+                                   comms=comms, release=(last_b[(s, c)], layer))
+                    else:
+                        k = em.add("grad_reduce", s, "dp", deps=(last,), v=v, chunk=c,
+                                   layer=layer, bucket=i, comms=comms)
+                    grads.append(k)
+        opt = em.add("optimizer", s, "compute", deps=(last, *grads), after_tails=True,
+                     hbm_bytes=shape.opt_bytes[s])
+        if gather_params and not shape.overlap_param_gather:
+            for c in range(vpp):
+                v = c * pp + s
+                for i, (layer, dense, expert) in enumerate(shape.buckets[v]):
+                    em.add("param_gather", s, "dp", deps=(opt,), v=v, chunk=c, layer=layer,
+                           bucket=i, comms=_bucket_comms("all_gather", shape.dense_grp, dense,
+                                                        shape.expert_grp, expert, PARAM_BYTES))
+    return StepProgram(shape, tuple(em.nodes))
+
+
+def sample_counts(pp: int, n: int, groups: int) -> tuple[int, int] | None:
+    """Two micro-batch counts ``(n_a, n_a + period)`` with ``n_a ≡ n`` modulo the period and
+    ``groups`` whole periods in ``n_a``, from which a consumer extends a step to ``n``
+    micro-batches; ``None`` when ``n`` is small enough to run as it is."""
+    per = period(pp)
+    n_a = n % per + groups * per
+    if n_a + per >= n:
+        return None
+    return n_a, n_a + per
+
+
+# --- inside a pass: the overlap rule ----------------------------------------------------------
+
+
+def wire_pass(ops: Sequence[Op]) -> tuple[tuple[int, ...], ...]:
+    """Dependencies (indices into ``ops``) of each operator of one chunk pass.
+
+    Compute operators run in order on the compute stream; each collective runs on its
+    group's stream and is wired by its overlap rule (:data:`codesign.ir.Overlap`):
+    ``prev`` starts after the compute op before the previous one and the next compute op
+    waits for it (GEMM + reduce-scatter); ``next`` starts after the previous compute op and
+    the compute op after next waits for it (all-gather + GEMM); ``prefetch`` waits for
+    nothing and the next compute op waits for it; ``async`` starts after the previous compute
+    op and nothing waits for it; ``none`` (blocking) starts after the previous compute op and
+    the collectives the next compute op would wait for, and the next compute op waits for it.
+    """
+    out: list[tuple[int, ...]] = []
+    prev = prev2 = -1  # last and second-to-last compute op
+    pending: list[int] = []  # collectives the next compute op waits for
+    deferred: list[int] = []  # collectives the compute op after next waits for
+    for i, op in enumerate(ops):
+        if op.kind != "comm":
+            out.append(tuple(pending))
+            pending, deferred = deferred, []
+            prev2, prev = prev, i
+            continue
+        if op.overlap == "prev":
+            out.append((prev2,) if prev2 >= 0 else ())
+            pending.append(i)
+        elif op.overlap == "next":
+            out.append((prev,) if prev >= 0 else ())
+            deferred.append(i)
+        elif op.overlap == "prefetch":
+            out.append(())
+            pending.append(i)
+        elif op.overlap == "async":
+            out.append((prev,) if prev >= 0 else ())
+        else:
+            out.append(((prev,) if prev >= 0 else ()) + tuple(pending))
+            pending.append(i)
+    return tuple(out)
+
+
+def split_backward(ops: Sequence[Op]) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+    """A backward pass as ``(B, W)`` for split schedules: ``W`` holds the weight-gradient
+    GEMMs and the ZeRO-3 gradient reduce-scatters that follow them; ``B`` everything else
+    (input-gradient GEMMs, attention and memory-bound backward kernels, recompute, TP/CP/EP
+    collectives), in their original order."""
+    b: list[Op] = []
+    w: list[Op] = []
+    for op in ops:
+        if op.role == "wgrad" or (op.kind == "comm" and op.name.endswith("grad_reduce")):
+            w.append(op)
+        else:
+            b.append(op)
+    return tuple(b), tuple(w)
+
+
+__all__ = ["GRAD_REDUCE_BYTES", "PARAM_BYTES", "Collective", "Node", "NodeKind", "Phase",
+           "StepProgram", "StepShape", "build_step_program", "sample_counts",
+           "split_backward", "wire_pass"]
