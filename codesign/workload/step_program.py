@@ -172,7 +172,7 @@ class _Emitter:
 
 def _bucket_comms(kind: str, dense_grp: str, dense: float, expert_grp: str, expert: float,
                   bytes_per_param: float) -> tuple[Collective, ...]:
-    out = (Collective(kind, dense_grp, dense * bytes_per_param),)
+    out: tuple[Collective, ...] = (Collective(kind, dense_grp, dense * bytes_per_param),)
     if expert:
         out += (Collective(kind, expert_grp, expert * bytes_per_param),)
     return out
