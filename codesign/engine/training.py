@@ -33,7 +33,7 @@ from codesign.hardware.compute import ComputeModel
 from codesign.ir import Op
 from codesign.network.model import NetworkModel
 from codesign.workload.dims import pipeline_message
-from codesign.workload.schedules import SPLIT_BACKWARD, period
+from codesign.workload.schedules import SPLIT_BACKWARD, period, tail_phases
 from codesign.workload.step_program import GRAD_REDUCE_BYTES as GRAD_REDUCE_BYTES
 from codesign.workload.step_program import PARAM_BYTES as PARAM_BYTES
 from codesign.workload.step_program import (
@@ -64,6 +64,10 @@ class StepResult:
     chunk_timings: dict[tuple[int, str], ChunkTiming] = field(repr=False)
     num_microbatches: int = 0  # of the step
     simulated_microbatches: int = 0  # in ``timeline`` (fewer when a steady state was extended)
+    #: ``exact`` (every micro-batch run), ``periodic`` (extended from a steady state checked
+    #: to repeat) or ``unverified`` (extended linearly; the steady state did not repeat
+    #: within :data:`MAX_SLIDES` periods and the count exceeds :data:`EXACT_CAP`)
+    extension: str = "exact"
 
 
 
@@ -186,23 +190,30 @@ def price_program(program: StepProgram, timings: dict[tuple[int, str], ChunkTimi
     task_of: list[int] = []  # node id -> task id
     tails: dict[int, list[int]] = {}  # stage -> tail task ids
     opt_memo: dict[float, float] = {}
+    streams: dict[tuple[int, str], str] = {}
+    passes = {key: (t, "forward" if key[1] == "F" else "backward",
+                    tuple((f"/{cat}", dt) for cat, dt in t.tail)) for key, t in timings.items()}
+    pp_cat, dp_cat = comm_category("pp"), comm_category("dp")
     for node in program.nodes:
         s = node.stage
         tid = len(tasks)
         task_of.append(tid)
-        deps = tuple(task_of[d] for d in node.deps)
-        stream = f"s{s}/{node.stream}"
+        deps = tuple([task_of[d] for d in node.deps])
+        stream = streams.get((s, node.stream))
+        if stream is None:
+            stream = streams[(s, node.stream)] = f"s{s}/{node.stream}"
         meta = (("node", node),)
-        if node.kind == "pass":
-            t = timings[(node.v, node.phase)]
-            tasks.append(Task(tid, stream, t.compute_time, deps, node.name,
-                              "forward" if node.phase == "F" else "backward",
-                              breakdown=t.breakdown, meta=meta))
-            for cat, dt in t.tail:  # collectives still running when compute is done
+        kind = node.kind
+        if kind == "pass":
+            t, cat, tail = passes[(node.v, node.phase)]
+            tasks.append(Task(tid, stream, t.compute_time, deps, node.name, cat, (),
+                              t.breakdown, meta))
+            for suffix, dt in tail:  # collectives still running when compute is done
                 tails.setdefault(s, []).append(len(tasks))
-                tasks.append(Task(len(tasks), f"s{s}/{cat}", dt, (tid,),
-                                  f"tail.{node.name}", cat, meta=(*meta, ("tail", cat))))
-        elif node.kind == "optimizer":
+                tasks.append(Task(len(tasks), f"s{s}{suffix}", dt, (tid,),
+                                  f"tail.{node.name}", suffix[1:], (), (),
+                                  (*meta, ("tail", suffix[1:]))))
+        elif kind == "optimizer":
             if node.hbm_bytes not in opt_memo:
                 opt_memo[node.hbm_bytes] = compute.time(Op(
                     name="optimizer", kind="memory", category="optimizer", layer=-1,
@@ -211,15 +222,15 @@ def price_program(program: StepProgram, timings: dict[tuple[int, str], ChunkTimi
             tasks.append(Task(tid, stream, opt_memo[node.hbm_bytes], deps + extra,
                               node.name, "optimizer", meta=meta))
         else:
-            group = "dp" if node.kind in ("param_gather", "grad_reduce") else "pp"
             after: tuple[tuple[int, float], ...] = ()
             if node.release is not None:
                 src, layer = node.release
                 sn = program.nodes[src]
                 t = timings[(sn.v, sn.phase)]
                 after = ((task_of[src], dict(t.layer_done).get(layer, t.compute_time)),)
-            tasks.append(Task(tid, stream, comm_s(node), deps, node.name,
-                              comm_category(group), after, meta=meta))
+            cat = dp_cat if kind in ("param_gather", "grad_reduce") else pp_cat
+            tasks.append(Task(tid, stream, comm_s(node), deps, node.name, cat, after,
+                              meta=meta))
     return tasks
 
 
@@ -253,7 +264,7 @@ def _task_key(task: Task, shift: int) -> Hashable:
             meta.get("tail"))
 
 
-def _periodic(a: StepResult, b: StepResult, per: int) -> bool:
+def _periodic(a: StepResult, b: StepResult, per: int, schedule_kind: str) -> bool:
     """Whether ``b`` (``per`` more micro-batches) is ``a`` with one more steady period: every
     task of ``a`` from its last steady period on (and everything after the passes) ends
     ``Δ = step(b) - step(a)`` later in ``b``."""
@@ -261,10 +272,13 @@ def _periodic(a: StepResult, b: StepResult, per: int) -> bool:
     tol = 1e-9 * max(b.step_time_s, 1e-30)
     ends_b = {_task_key(t, 0): b.timeline.end[t.id] for t in b.timeline.tasks}
     first = a.num_microbatches - per
+    phases = tail_phases(schedule_kind)
     for t in a.timeline.tasks:
         node: Node = dict(t.meta)["node"]
         if 0 <= node.mb < first or (node.kind == "param_gather" and not node.deps):
             continue  # warm-up and steady periods before the last; gathers before the step
+        if node.mb >= 0 and node.phase not in phases:
+            continue
         other = ends_b.get(_task_key(t, per))
         if other is None or abs(other - a.timeline.end[t.id] - delta) > tol:
             return False
@@ -280,11 +294,15 @@ def _extend(a: StepResult, b: StepResult, n: int, per: int) -> StepResult:
     busy = tuple(y + k * (y - x) for x, y in zip(a.stage_busy_s, b.stage_busy_s, strict=True))
     return replace(b, step_time_s=b.step_time_s + k * (b.step_time_s - a.step_time_s),
                    breakdown_s={c: v for c, v in parts.items() if v > 0}, stage_busy_s=busy,
-                   num_microbatches=n)
+                   num_microbatches=n, extension="periodic")
 
 
 #: steady periods run before a step is extended (one more while it is not yet periodic)
 WARM_PERIODS = 2
+#: periods slid before giving up on a verified extension
+MAX_SLIDES = 8
+#: micro-batches still run in full when the steady state was not found periodic
+EXACT_CAP = 4096
 
 
 def simulate_step(graph: TrainingGraph, compute: ComputeModel, network: NetworkModel,
@@ -312,11 +330,17 @@ def simulate_step(graph: TrainingGraph, compute: ComputeModel, network: NetworkM
     counts = None if exact else sample_counts(shape.pp, n, WARM_PERIODS)
     if counts is not None:
         a = run(counts[0])
-        while a.num_microbatches + per < n:  # slide one period at a time until periodic
+        for _ in range(MAX_SLIDES):  # slide one period at a time until periodic
+            if a.num_microbatches + per >= n:
+                break
             b = run(a.num_microbatches + per)
-            if _periodic(a, b, per):
+            if _periodic(a, b, per, shape.schedule):
                 return _extend(a, b, n, per)
             a = b
+        else:
+            if n > EXACT_CAP:  # not periodic yet and too long to run: extend unverified
+                b = run(a.num_microbatches + per)
+                return replace(_extend(a, b, n, per), extension="unverified")
     return run(n)
 
 

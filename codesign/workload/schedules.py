@@ -112,6 +112,13 @@ def period(pp: int) -> int:
     return pp
 
 
+def tail_phases(kind: str) -> frozenset[str]:
+    """Phases of a schedule whose passes of the last steady period lie on the way into the
+    cool-down: all of them, except for GPipe, whose forwards all come before every backward
+    (extra micro-batches lengthen both phases, so only the backwards end one period later)."""
+    return frozenset("B") if kind == "gpipe" else frozenset("FBW")
+
+
 def bounded_count(pp: int, n_mb: int, groups: int = 3) -> int:
     """A micro-batch count ``<= n_mb`` with the same remainder modulo :func:`period` and at
     least ``groups`` periods, so that the warm-up, one steady period and the cool-down of the

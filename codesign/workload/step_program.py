@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from codesign.ir import Op
 from codesign.workload.schedules import SPLIT_BACKWARD, period, schedule
@@ -56,8 +56,7 @@ GRAD_REDUCE_BYTES = 4.0
 PARAM_BYTES = 2.0
 
 
-@dataclass(frozen=True)
-class Collective:
+class Collective(NamedTuple):
     """One collective of a node: ``kind`` (``p2p``, ``all_gather``, ``reduce_scatter``,
     ``all_reduce``) over ``group``, ``bytes`` per rank as the network model reads them."""
 
@@ -66,8 +65,7 @@ class Collective:
     bytes: float
 
 
-@dataclass(frozen=True)
-class Node:
+class Node(NamedTuple):
     """One unpriced unit of a training step on one (representative) rank of ``stage``.
 
     ``stream`` is stage-local: ``compute``, ``send_fwd``, ``send_bwd`` or ``dp``. ``deps`` are
@@ -75,6 +73,7 @@ class Node:
     pass has finished the layer's gradients (an offset into the pass that the pricer knows).
     ``peer``: for sends, the stage that receives; for ``recv_gather``, the stage that sent.
     ``bucket``: index into the chunk's ``layer_params`` for gradient and parameter buckets.
+    A named tuple: programs of deep pipelines hold tens of thousands of nodes.
     """
 
     id: int

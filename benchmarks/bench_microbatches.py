@@ -1,0 +1,77 @@
+"""Micro-batch benchmark (issue 11, item 7): the engine's cost must not grow with the number
+of micro-batches. For catalog models and plans, print the in-process time of one
+``simulate_run`` (best of 3, after a warm-up call) at a small and at a huge global batch, the
+step time of the extended (periodic) simulation against the exact micro-batch-by-micro-batch
+one where that is affordable, and the whole-process time of ``codesign simulate`` at a
+billion-sequence global batch.
+
+Run: ``python benchmarks/bench_microbatches.py``. Timings on a shared machine are noisy:
+compare the columns of one run (small vs huge batch, extended vs exact), not against
+remembered numbers.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from typing import Any
+
+from codesign.api import build_models, build_run, simulate_run
+from codesign.engine.training import simulate_step
+
+CASES: list[tuple[str, str, int, dict[str, Any]]] = [
+    ("megatron-22b", "a100", 64, dict(tp=8, pp=1, recompute="full")),
+    ("gpt3-175b", "h100", 1024, dict(tp=8, pp=8, vpp=3, sequence_parallel=True)),
+    ("gpt3-175b", "h100", 1024, dict(tp=8, pp=8, schedule="zb-h1", sequence_parallel=True)),
+    ("llama3-70b", "h100", 1024, dict(tp=8, pp=4, vpp=5, sequence_parallel=True)),
+    ("mixtral-8x7b", "h100", 256, dict(tp=2, pp=4, ep=8, sequence_parallel=True)),
+    ("megatron-530b", "a100", 2240, dict(tp=8, pp=35, sequence_parallel=True,
+                                         recompute="selective")),
+    ("megatron-1t", "a100", 3072, dict(tp=8, pp=64, recompute="full")),
+]
+
+
+def _best(fn: Any, repeat: int = 3) -> tuple[float, Any]:
+    out = fn()
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def main() -> None:
+    print(f"{'model':<14} {'plan':<34} {'mb':>9} {'call ms':>8} {'step s':>12} "
+          f"{'exact ms':>9} {'rel. diff':>9}")
+    for model, gpu, gpus, plan in CASES:
+        for per_pipe in (8, 1 << 16):
+            dp = gpus // (plan["tp"] * plan["pp"] * plan.get("cp", 1))
+            run = build_run(model=model, gpu=gpu, num_gpus=gpus, micro_batch_size=1,
+                            global_batch_size=dp * per_pipe * plan["pp"], **plan)
+            call, rep = _best(lambda run=run: simulate_run(run))
+            label = " ".join(f"{k}={v}" for k, v in plan.items())
+            if not rep.feasible:
+                print(f"{model:<14} {label:<34} infeasible: {rep.reason}")
+                continue
+            exact_ms, diff = "-", "-"
+            if rep.num_microbatches <= 4096:
+                graph, compute, network = build_models(run)
+                t_exact, res = _best(lambda g=graph, c=compute, n=network: simulate_step(
+                    g, c, n, exact=True), repeat=1)
+                exact_ms = f"{t_exact * 1e3:.0f}"
+                diff = f"{abs(res.step_time_s - rep.step_time_s) / res.step_time_s:.1e}"
+            print(f"{model:<14} {label:<34} {rep.num_microbatches:>9} {call * 1e3:>8.1f} "
+                  f"{rep.step_time_s:>12.4f} {exact_ms:>9} {diff:>9}")
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "codesign.cli", "simulate", "--tp", "8", "--pp",
+                          "8", "--vpp", "3", "--sp", "--global-batch", "1048576000"],
+                         capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - t0
+    print(f"codesign simulate --global-batch 1048576000 (1,024,000 micro-batches per pipeline): "
+          f"exit {out.returncode}, whole process {wall:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
