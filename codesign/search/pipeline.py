@@ -2,10 +2,10 @@
 
 The engine (:func:`codesign.engine.training.simulate_step`) runs every chunk pass of every
 micro-batch as a SimPy task. Here the same schedule (:func:`codesign.workload.schedules.schedule`)
-and the same dependency rules (a forward waits for the previous virtual stage's forward of the
-same micro-batch, a backward for the next virtual stage's backward; a dependency on another
-pipeline stage goes through that stage's in-order send stream, ``x`` seconds per send; the first
-forward of each chunk may wait for its first parameter-gather bucket) are compiled once per
+and the same dependency rules, taken from the step program
+(:mod:`codesign.workload.step_program`: a dependency on another pipeline stage goes through that
+stage's in-order send stream, ``x`` seconds per send; the first forward of each chunk may wait
+for its first parameter-gather bucket), are compiled once per
 ``(schedule, pp, vpp, micro-batches)`` into a flat program in dependency order, which is then
 evaluated for any chunk times with one loop and no event queue. Given the same chunk times, the
 per-stage compute end times equal the engine's.
@@ -23,7 +23,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from codesign.workload.schedules import schedule
+from codesign.workload.schedules import SPLIT_BACKWARD
+from codesign.workload.step_program import StepShape, build_step_program
 
 #: groups of ``pp`` micro-batches simulated before the schedule is taken as periodic
 WARM_GROUPS = 2
@@ -49,52 +50,49 @@ class Program:
 
 @lru_cache(maxsize=512)
 def compile_program(kind: str, pp: int, vpp: int, n: int) -> Program:
-    """Compile the ``kind`` schedule for ``pp`` stages, ``vpp`` chunks and ``n`` micro-batches."""
-    orders = schedule(kind, pp, vpp, n)
-    nv = pp * vpp
-    ids: dict[tuple[str, int, int], int] = {}
-    waiting: dict[tuple[str, int, int], list[int]] = {}  # missing dependency -> stages
+    """Compile the ``kind`` schedule for ``pp`` stages, ``vpp`` chunks and ``n`` micro-batches
+    from the step program (:func:`codesign.workload.step_program.build_step_program`): its
+    passes, in its order, with each pass's dependency (a send of another stage is followed
+    back to the pass that sent it) and its own send. Schedules that split the backward
+    (``W`` passes) are not compiled here."""
+    if kind in SPLIT_BACKWARD:
+        raise ValueError(f"the search estimator does not time split-backward schedules "
+                         f"({kind}); the engine does")
+    shape = StepShape(schedule=kind, pp=pp, vpp=vpp, num_microbatches=n,
+                      buckets=((),) * (pp * vpp), zero=0, dense_grp="dp", expert_grp="edp",
+                      dense_n=1, expert_n=1, overlap_grad_reduce=True,
+                      overlap_param_gather=True, overlap_p2p=True, message=(1.0, 0.0),
+                      opt_bytes=(0.0,) * pp)
+    nodes = build_step_program(shape).nodes
+    sent = {x.deps[0] for x in nodes if x.kind == "send"}
+    index: dict[int, int] = {}  # pass node id -> task id
     tasks: list[tuple[int, int, int, int, int, bool]] = []
-    pos = [0] * pp
     seen_chunk: set[tuple[int, int]] = set()
     last_b = [[-1] * vpp for _ in range(pp)]
     last_pos = [[-1] * vpp for _ in range(pp)]
-    ready = list(range(pp))
-    while ready:
-        s = ready.pop()
-        order = orders[s]
-        i = pos[s]
-        while i < len(order):
-            ph, mb, c = order[i]
-            v = c * pp + s
-            if ph == "F":
-                dep_key = ("F", mb, v - 1) if v > 0 else None
-                via_send = v > 0 and (v - 1) % pp != s
-                send = 2 * s if v < nv - 1 and (v + 1) % pp != s else -1
-            else:
-                dep_key = ("B", mb, v + 1) if v < nv - 1 else None
-                via_send = v < nv - 1 and (v + 1) % pp != s
-                send = 2 * s + 1 if v > 0 and (v - 1) % pp != s else -1
-            if dep_key is not None and dep_key not in ids:
-                waiting.setdefault(dep_key, []).append(s)
-                break
-            gate = -1
-            if ph == "F":
-                if (s, c) not in seen_chunk:
-                    seen_chunk.add((s, c))
-                    gate = s * vpp + c
-            else:
-                last_b[s][c] = len(tasks)
-                last_pos[s][c] = i
-            key = (ph, mb, v)
-            ids[key] = len(tasks)
-            tasks.append((s, ids[dep_key] if dep_key is not None else -1,
-                          (s * vpp + c) * 2 + (ph == "B"), send, gate, via_send))
-            ready.extend(waiting.pop(key, ()))
-            i += 1
-        pos[s] = i
-    if any(pos[s] != len(orders[s]) for s in range(pp)):  # pragma: no cover - schedule bug
-        raise RuntimeError(f"schedule {kind} pp={pp} vpp={vpp} n={n} deadlocks")
+    count = [0] * pp
+    for x in nodes:
+        if x.kind != "pass":
+            continue
+        s, c, fwd = x.stage, x.chunk, x.phase == "F"
+        dep, via_send = -1, False
+        for d in x.deps:
+            src = nodes[d]
+            if src.kind == "send":
+                dep, via_send = index[src.deps[0]], True
+            elif src.kind == "pass":
+                dep = index[d]
+        gate = -1
+        if fwd and (s, c) not in seen_chunk:
+            seen_chunk.add((s, c))
+            gate = s * vpp + c
+        if not fwd:
+            last_b[s][c] = len(tasks)
+            last_pos[s][c] = count[s]
+        send = (2 * s + (not fwd)) if x.id in sent else -1
+        index[x.id] = len(tasks)
+        tasks.append((s, dep, (s * vpp + c) * 2 + (not fwd), send, gate, via_send))
+        count[s] += 1
     release = tuple(tuple(sorted(range(vpp), key=row.__getitem__)) for row in last_pos)
     return Program(kind, pp, vpp, n, tuple(tasks), tuple(tuple(r) for r in last_b), release)
 
