@@ -131,7 +131,7 @@ def test_evolve_rejects_a_bad_path_naming_it_and_the_allowed_names(path: str,
 # --- plan flags derived from the plan spec ---------------------------------------------------
 
 
-README_FLAGS = re.search(r"Every plan\nsetting has a flag: (.*?)\. Bad input",
+README_FLAGS = re.search(r"Every plan\s+setting has a flag: (.*?), derived from",
                          (ROOT / "README.md").read_text(), re.S)
 
 
