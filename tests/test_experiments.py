@@ -108,7 +108,7 @@ def test_resolve_point_applies_entries_then_fields() -> None:
      ["'plan.tensor_parallel'", "ParallelismSpec has no field", "tp, pp, dp"]),
     ({"network.bandwidth": [2]}, ["'network.bandwidth'", "model, gpu, topology, num_gpus"]),
     ({"model.moe.num_experts": [8]}, ["'model.moe' is not set", "llama3-8b"]),
-    ({"gpu.hbm_bandwidth_TBps.x": [8]}, ["'gpu.hbm_bandwidth_TBps' is a value"]),
+    ({"gpu.hbm_bandwidth_TBps.x": [8]}, ["'gpu.hbm_bandwidth_TBps' of gpu 'h100' is a value"]),
     ({"topology": ["fullflat-h100"], "topology.scale_up.domain_size": [8]},
      ["topology 'fullflat-h100' has no field 'scale_up'", "bandwidth_GBps"]),
     ({"topology": ["no-such-net"]}, ["unknown topology 'no-such-net'", "dgx-h100"]),

@@ -560,9 +560,9 @@ def test_cli_export_and_inspect(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 @pytest.mark.parametrize("argv, message", [
     (["inspect", "/nonexistent/trace"], "no file"),
-    (["export", "chakra", "--model", "llama3-8b", "--gpus", "8", "--tp", "3", "--output",
+    (["export", "chakra", "--model", "llama3-8b", "--gpus", "8", "--tp", "3", "--out",
       "/tmp/never"], "tp 3 does not divide"),
-    (["export", "chakra", "--model", "nope", "--output", "/tmp/never"], "nope"),
+    (["export", "chakra", "--model", "nope", "--out", "/tmp/never"], "nope"),
 ])
 def test_cli_bad_input_is_one_line(argv: list[str], message: str,
                                    capsys: pytest.CaptureFixture[str]) -> None:

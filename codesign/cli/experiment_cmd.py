@@ -1,4 +1,5 @@
-"""CLI commands of co-design studies: ``experiment list | show | run``, ``sweep``, ``plot``."""
+"""``codesign experiment list | show | run``: co-design studies; ``codesign sweep`` is
+``experiment run`` under its older name (one parser builder, one code path)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from codesign.cli.common import add_jobs, add_out, add_progress, jobs_of
 from codesign.errors import CodesignError
 
 
 def register(sub: Any) -> None:
-    """Add this module's subcommands to the top-level subparsers ``sub``."""
+    """Add ``experiment`` and its alias ``sweep`` to the top-level subparsers ``sub``."""
     exp = sub.add_parser(
         "experiment", help="co-design studies from the catalog (list, show, run)",
         description="Studies are YAML specs in the repository's experiments/ folder: a base "
@@ -27,44 +29,33 @@ def register(sub: Any) -> None:
     show.add_argument("name", metavar="NAME", help="catalog study name or YAML file")
     show.set_defaults(func=cmd_show)
 
-    run = esub.add_parser(
-        "run", help="run a study (resumes where a previous run stopped)",
+    _add_run_parser(esub, "run", help="run a study (resumes where a previous run stopped)")
+    # ``sweep`` is ``experiment run`` under its older name: the same parser and code path
+    _add_run_parser(sub, "sweep", help="run a study (alias of 'experiment run')")
+
+
+def _add_run_parser(sub: Any, name: str, help: str) -> None:
+    run = sub.add_parser(
+        name, help=help,
         description="Run every point of a study not yet stored in the output directory, then "
                     "draw its figures. Re-running resumes; a point that is infeasible or fails "
-                    "is stored as a row with its reason.")
+                    "is stored as a row with its reason. A study is a YAML file: a base run "
+                    "(a run file: model, gpu, topology, num_gpus, plan), sweep axes (dotted "
+                    "paths such as gpu.hbm_bandwidth_TBps or plan.tp), search, metrics, plots.")
     run.add_argument("name", metavar="NAME", help="catalog study name or YAML file")
     _add_run_options(run)
     run.set_defaults(func=cmd_run)
 
-    sweep = sub.add_parser(
-        "sweep", help="run a study from a YAML spec file (like experiment run)",
-        description="Run the sweep of an experiment spec file: base run, axes (dotted paths "
-                    "such as gpu.hbm_bandwidth_TBps or plan.tp), search, metrics, plots.")
-    sweep.add_argument("name", metavar="SPEC.yaml", help="experiment spec file")
-    _add_run_options(sweep)
-    sweep.set_defaults(func=cmd_run)
-
-    plot = sub.add_parser(
-        "plot", help="redraw the figures of stored results (no simulation)",
-        description="Draw the plots of the spec stored in RESULTS/manifest.json from the rows "
-                    "in RESULTS/results/.")
-    plot.add_argument("results", metavar="RESULTS", help="results directory of a run")
-    plot.add_argument("--out", metavar="DIR", help="figure directory (default RESULTS/figures)")
-    plot.set_defaults(func=cmd_plot)
-
 
 def _add_run_options(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--out", metavar="DIR",
-                    help="results directory (default results/<name>, results/<name>-smoke "
-                         "with --smoke)")
-    ap.add_argument("--jobs", type=int, metavar="N",
-                    help="local worker processes (default: all cores; 1 = in this process)")
+    add_out(ap, "DIR", "results directory (default results/<name>, results/<name>-smoke "
+                       "with --smoke)")
+    add_jobs(ap, "running the points")
     ap.add_argument("--scheduler", metavar="ADDR",
                     help="run on a Dask cluster (e.g. tcp://host:8786; needs codesign[dask])")
     ap.add_argument("--smoke", action="store_true",
                     help="the reduced study (the spec's smoke section)")
-    ap.add_argument("--no-progress", dest="progress", action="store_false",
-                    help="no progress bar")
+    add_progress(ap, default=True)
     ap.add_argument("--overwrite", action="store_true",
                     help="replace results of a different spec in the output directory")
     ap.add_argument("--retry-failed", action="store_true",
@@ -157,13 +148,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from codesign.experiments.runner import run_experiment
     from codesign.experiments.spec import load_experiment
 
+    jobs = jobs_of(args)
     spec = load_experiment(args.name)
-    if args.jobs is not None and args.jobs < 1:
-        raise CodesignError(f"--jobs must be >= 1, got {args.jobs}")
     out = Path(args.out) if args.out else Path("results") / (
         f"{spec.name}-smoke" if args.smoke else spec.name)
     try:
-        summary = run_experiment(spec, out, jobs=args.jobs, scheduler=_scheduler(args.scheduler),
+        summary = run_experiment(spec, out, jobs=jobs, scheduler=_scheduler(args.scheduler),
                                  smoke=args.smoke, progress=args.progress,
                                  overwrite=args.overwrite, retry_failed=args.retry_failed,
                                  plots=args.plots)
@@ -172,28 +162,4 @@ def cmd_run(args: argparse.Namespace) -> int:
               "to resume", file=sys.stderr)
         raise
     print(summary.to_text())
-    return 0
-
-
-def cmd_plot(args: argparse.Namespace) -> int:
-    from codesign.experiments.spec import ExperimentSpec
-    from codesign.experiments.store import FIGURES, MANIFEST, load_manifest, load_results
-
-    results = Path(args.results)
-    manifest = load_manifest(results)
-    spec = ExperimentSpec.parse(manifest["spec"], str(results / MANIFEST), check_entries=False)
-    if not spec.plots:
-        print(f"{spec.name}: the spec has no plots")
-        return 0
-    try:
-        from codesign.experiments.plots import draw_plots
-    except ImportError as exc:
-        raise CodesignError(f"plotting is not available: {exc}") from None
-    df = load_results(results)
-    out = Path(args.out) if args.out else results / FIGURES
-    files = draw_plots(df, spec, out)
-    ok = int((df["status"] == "ok").sum()) if "status" in df.columns else 0
-    print(f"{spec.name}: {len(files)} files from {len(df)} rows ({ok} ok) in {out}")
-    for f in files:
-        print(f"  {f}")
     return 0

@@ -9,18 +9,32 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from codesign.cli.common import BOOL_FLAGS, EXIT_INPUT, PLAN_FLAGS, add_run_flags, run_from_args
+from codesign.cli.common import (
+    EXIT_INPUT,
+    add_format,
+    add_jobs,
+    add_progress,
+    add_run_flags,
+    jobs_of,
+    run_file_of,
+    run_from_args,
+)
+from codesign.cli.plan_flags import flag_of, plan_from_args
 from codesign.errors import SpecError
 
-#: ``--<name>-values`` flags: (flag stem, SearchSpace field, value kind)
-VALUE_FLAGS: tuple[tuple[str, str, str], ...] = (
-    ("tp", "tp", "int"), ("pp", "pp", "int"), ("cp", "cp", "int"), ("ep", "ep", "int"),
-    ("vpp", "vpp", "int"), ("micro-batch", "micro_batch_size", "int"),
-    ("recompute", "recompute", "str"), ("zero", "zero_stage", "int"),
-    ("sp", "sequence_parallel", "bool"), ("tp-comm-overlap", "tp_comm_overlap", "bool"),
-    ("overlap-grad-reduce", "overlap_grad_reduce", "bool"),
-    ("overlap-param-gather", "overlap_param_gather", "bool"),
-)
+
+def value_flags() -> list[tuple[str, str, str]]:
+    """``--<flag>-values`` of every searched plan field: (flag stem, SearchSpace field, value
+    kind), derived from the field's plan flag (``--micro-batch`` -> ``--micro-batch-values``)."""
+    from codesign.search.space import SEARCH_FIELDS
+
+    out = []
+    for field in SEARCH_FIELDS:
+        f = flag_of(field)
+        out.append((f.flag.removeprefix("--"), field, "str" if f.kind == "list" else f.kind))
+    return out
+
+
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -47,16 +61,15 @@ def register(sub: Any) -> None:
                     help="plans to list (default 10)")
     ap.add_argument("--confirm", type=int, default=3, metavar="K",
                     help="best plans to simulate with the engine (default 3)")
-    ap.add_argument("--jobs", type=int, default=1, metavar="N",
-                    help="worker processes for the estimates (default 1)")
-    for stem, field, kind in VALUE_FLAGS:
+    add_jobs(ap, "for the estimates (small spaces run in this process)")
+    for stem, field, kind in value_flags():
         example = {"int": "1,2,4,8", "str": "none,selective,full", "bool": "true,false"}[kind]
         ap.add_argument(f"--{stem}-values", dest=f"values_{field}", metavar="LIST",
                         help=f"{field} values to search, comma-separated (e.g. {example})")
-    ap.add_argument("--format", choices=["table", "json"], default="table")
+    add_format(ap)
     ap.add_argument("--csv", metavar="FILE",
-                    help="write every evaluated plan with its estimate or reason")
-    ap.add_argument("--progress", action="store_true", help="progress bar on stderr")
+                    help="also write every evaluated plan with its estimate or reason as CSV")
+    add_progress(ap, default=False)
     ap.set_defaults(func=cmd_search)
 
 
@@ -84,27 +97,20 @@ def space_and_fixed(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     (or by the plan of a ``--run`` file)."""
     from codesign.search.space import SEARCH_FIELDS, SearchSpace
 
+    flags = value_flags()
     values: dict[str, Any] = {}
-    for stem, field, kind in VALUE_FLAGS:
+    for stem, field, kind in flags:
         text = getattr(args, f"values_{field}")
         if text is not None:
             values[field] = _parse_list(f"--{stem}-values", text, kind)
     pinned: dict[str, Any] = {}
-    if getattr(args, "run", None):
-        from codesign.cli.common import _read_run_file
-
-        _, plan = _read_run_file(Path(args.run))
-        pinned.update({k: v for k, v in plan.items() if k in SEARCH_FIELDS})
-    for _flag, dest, _kw in PLAN_FLAGS:
-        if dest in SEARCH_FIELDS and getattr(args, dest) is not None:
-            pinned[dest] = getattr(args, dest)
-    for _flag, dest, _text in BOOL_FLAGS:
-        if dest in SEARCH_FIELDS and getattr(args, dest) is not None:
-            pinned[dest] = getattr(args, dest)
-    flag_of = {field: stem for stem, field, _ in VALUE_FLAGS}
+    _, plan = run_file_of(args)
+    plan.update(plan_from_args(args))
+    pinned.update({k: v for k, v in plan.items() if k in SEARCH_FIELDS and v is not None})
+    stem_of = {field: stem for stem, field, _ in flags}
     for field in values:
         if field in pinned:
-            raise SpecError(f"--{flag_of[field]}-values searches {field}, which a plan flag "
+            raise SpecError(f"--{stem_of[field]}-values searches {field}, which a plan flag "
                             f"(or the run file) pins to {pinned[field]!r}: give one of them")
     space = SearchSpace.parse(values, "search space")
     return space, pinned
@@ -113,14 +119,15 @@ def space_and_fixed(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
 def cmd_search(args: argparse.Namespace) -> int:
     from codesign.search.search import search
 
-    for name in ("top", "confirm", "jobs"):
+    for name in ("top", "confirm"):
         low = 0 if name == "confirm" else 1
         if getattr(args, name) < low:
             raise SpecError(f"--{name} must be >= {low}, got {getattr(args, name)}")
+    jobs = jobs_of(args)
     space, fixed = space_and_fixed(args)
     run = run_from_args(args)
     result = search(run, space, fixed=fixed, objective=args.objective, top_n=args.top,
-                    confirm=args.confirm, jobs=args.jobs, progress=args.progress)
+                    confirm=args.confirm, jobs=jobs, progress=args.progress)
     if args.csv:
         write_csv(result.rows(), Path(args.csv))
     if args.format == "json":

@@ -15,8 +15,9 @@ A study with ``kind: serving`` starts every point from a serving spec::
         variant: [colocated, 2P:6D]
         clients.chat.arrival.rate_rps: [2, 4, 8]
 
-**Paths** follow the spec's structure: fields by name, list elements by position or by their
-``name`` (``engines.1`` or ``engines.decode``, ``clients.chat``, ``memory_tiers.remote``),
+**Paths** are those of :mod:`codesign.specs.paths` (the language ``evolve`` and training
+studies use): fields by name, list elements by position or by their ``name``
+(``engines.1`` or ``engines.decode``, ``clients.chat``, ``memory_tiers.remote``),
 mapping entries by key (``stages.think.rounds``). A path must end at one value. Setting the
 field that selects a kind (``scheduler.name``, ``arrival.process``, a length's ``dist``,
 ``kv_link.via``, a stage's ``kind``) keeps the settings the new kind shares and drops the
@@ -37,18 +38,14 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
-import types
-import typing
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
-
-from pydantic import BaseModel
-from pydantic.fields import FieldInfo
+from typing import TYPE_CHECKING, Any
 
 from codesign.catalogs import catalog_root
 from codesign.errors import CodesignError, SpecError
+from codesign.specs import paths
 from codesign.specs.catalog import read_data_file
+from codesign.specs.paths import Target
 from codesign.specs.serving import ServingSpec
 
 if TYPE_CHECKING:
@@ -147,151 +144,13 @@ def serving_label(ref: str | dict[str, Any]) -> str:
     return f"serving '{ref}'" if isinstance(ref, str) else "inline serving system"
 
 
-# ---- walking a path through the spec's types and data ------------------------------------------
-
-_NONE = type(None)
-
-
-def _norm(tp: Any, disc: str | None) -> tuple[Any, str | None]:
-    """Strip ``Annotated`` (keeping a discriminator it carries) and ``Optional``."""
-    while True:
-        origin = typing.get_origin(tp)
-        if origin is typing.Annotated:
-            args = typing.get_args(tp)
-            tp = args[0]
-            for meta in args[1:]:
-                if isinstance(meta, FieldInfo) and isinstance(meta.discriminator, str):
-                    disc = meta.discriminator
-            continue
-        if origin in (Union, types.UnionType):
-            members = [a for a in typing.get_args(tp) if a is not _NONE]
-            if len(members) == 1:
-                tp = members[0]
-                continue
-        return tp, disc
-
-
-def _is_model(tp: Any) -> bool:
-    return isinstance(tp, type) and issubclass(tp, BaseModel)
-
-
-def _variants(members: list[Any], disc: str) -> dict[str, type[BaseModel]]:
-    out: dict[str, type[BaseModel]] = {}
-    for m in members:
-        if _is_model(m) and disc in m.model_fields:
-            out[str(m.model_fields[disc].default)] = m
-    return out
-
-
-@dataclass
-class _Level:
-    """What a path walk knows at one container: its data, the model owning its fields (for a
-    mapping of fields), and the kinds it could be (for a member of a discriminated union)."""
-
-    node: Any
-    tp: Any
-    model: type[BaseModel] | None = None
-    disc: str | None = None
-    variants: dict[str, type[BaseModel]] = field(default_factory=dict)
-
-
-def _level(node: Any, tp: Any, disc: str | None) -> _Level:
-    tp, disc = _norm(tp, disc)
-    if typing.get_origin(tp) in (Union, types.UnionType):
-        members = [m for m in typing.get_args(tp) if m is not _NONE]
-        models = [m for m in members if _is_model(m)]
-        if disc is not None:
-            variants = _variants(members, disc)
-            chosen = variants.get(str(node.get(disc))) if isinstance(node, dict) else None
-            return _Level(node, chosen or tp, chosen, disc, variants)
-        if isinstance(node, dict) and len(models) == 1:
-            return _Level(node, models[0], models[0])
-        return _Level(node, tp)
-    if _is_model(tp):
-        return _Level(node, tp, tp)
-    return _Level(node, tp)
-
-
-def _element(level: _Level, key: str, prefix: str, label: str) -> int:
-    """Index of list element ``key`` (a position or an element's ``name``)."""
-    items = level.node
-    names = [str(x.get("name")) for x in items if isinstance(x, dict) and "name" in x]
-    if key.isdigit() and int(key) < len(items):
-        return int(key)
-    for i, x in enumerate(items):
-        if isinstance(x, dict) and str(x.get("name")) == key:
-            return i
-    named = f" or a name: {', '.join(names)}" if names else ""
-    span = f"0-{len(items) - 1}" if items else "(empty list)"
-    raise ValueError(f"'{prefix}' of {label} has no element '{key}'; give a position "
-                     f"{span}{named}")
-
-
-@dataclass
-class Target:
-    """Where a path's value goes: ``container[key]``, and whether ``key`` selects the kind of
-    its container (a discriminator) among ``variants``."""
-
-    container: Any
-    key: str | int
-    is_kind: bool
-    variants: dict[str, type[BaseModel]]
-
+# ---- paths into a serving spec (the language of codesign.specs.paths) -------------------------
 
 def locate(data: dict[str, Any], path: str, label: str = "the serving system") -> Target:
-    """Follow ``path`` through ``data`` (a dumped ServingSpec). Raises ValueError naming the
-    first component that does not exist and what is allowed there."""
-    keys = path.split(".")
-    if not path or any(not k for k in keys):
-        raise ValueError(f"'{path}' is not a dotted path")
-    level = _level(data, ServingSpec, None)
-    for depth, key in enumerate(keys):
-        prefix = ".".join(keys[:depth])
-        last = depth == len(keys) - 1
-        where = f"'{prefix}' of {label}" if prefix else label
-        node = level.node
-        if node is None:
-            raise ValueError(f"'{prefix}' is not set (null) in {label}, so it has no field "
-                             f"'{key}'")
-        origin = typing.get_origin(level.tp)
-        if level.model is not None:
-            cls = level.model
-            if not isinstance(node, dict):
-                raise ValueError(f"'{prefix}' of {label} is a value, not a group of fields")
-            if key not in cls.model_fields:
-                msg = f"{where} has no field '{key}'; allowed: {', '.join(cls.model_fields)}"
-                others = [v for v, c in level.variants.items() if key in c.model_fields]
-                if others and level.disc is not None:
-                    kind_path = f"{prefix}.{level.disc}" if prefix else level.disc
-                    kinds = " or ".join(f"'{o}'" for o in others)
-                    msg += (f" ('{key}' is a field when {level.disc} is {kinds}: set "
-                            f"'{kind_path}' with it, in a variant or a zip block)")
-                raise ValueError(msg)
-            if last:
-                return Target(node, key, key == level.disc and bool(level.variants),
-                              level.variants)
-            fi = cls.model_fields[key]
-            level = _level(node.get(key), fi.annotation,
-                           fi.discriminator if isinstance(fi.discriminator, str) else None)
-        elif origin is list:
-            if not isinstance(node, list):
-                raise ValueError(f"'{prefix}' of {label} is not a list")
-            idx = _element(level, key, prefix, label)
-            if last:
-                raise ValueError(f"'{path}' is a whole element of '{prefix}'; an axis sets "
-                                 "one value: name one of its fields")
-            level = _level(node[idx], typing.get_args(level.tp)[0], None)
-        elif origin is dict:
-            if not isinstance(node, dict) or key not in node:
-                allowed = ", ".join(str(k) for k in node) if isinstance(node, dict) else ""
-                raise ValueError(f"{where} has no entry '{key}'; allowed: "
-                                 f"{allowed or '(none)'}")
-            if last:
-                return Target(node, key, False, {})
-            level = _level(node[key], typing.get_args(level.tp)[1], None)
-        else:
-            raise ValueError(f"'{prefix}' of {label} is a value, not a group of fields")
-    raise AssertionError("unreachable")  # pragma: no cover
+    """Follow ``path`` through ``data`` (a dumped ServingSpec): :func:`codesign.specs.paths.
+    locate`. Raises ValueError naming the first component that does not exist and what is
+    allowed there."""
+    return paths.locate(data, path, ServingSpec, label)
 
 
 def _check_leaf(data: dict[str, Any], path: str, label: str) -> Target:
@@ -316,32 +175,16 @@ def _scalar_allowed(data: dict[str, Any], path: str) -> bool:
 def set_path(data: dict[str, Any], path: str, value: Any, label: str = "") -> None:
     """Set ``path`` in ``data`` (a dumped ServingSpec) to ``value``. Setting a kind-selecting
     field keeps only the settings the new kind has (see the module docstring)."""
-    target = locate(data, path, label or "the serving system")
-    target.container[target.key] = value
-    if target.is_kind:
-        cls = target.variants.get(str(value))
-        if cls is not None:
-            for k in [k for k in target.container if k not in cls.model_fields]:
-                del target.container[k]
-            for k, fi in cls.model_fields.items():  # the new kind's defaults, as a dump has
-                if k not in target.container and not fi.is_required():
-                    default = fi.get_default(call_default_factory=True)
-                    target.container[k] = default.model_dump() \
-                        if isinstance(default, BaseModel) else default
+    paths.set_path(data, path, value, ServingSpec, label or "the serving system")
 
 
 def _is_kind_path(data: dict[str, Any], path: str) -> bool:
-    try:
-        return locate(data, path).is_kind
-    except ValueError:
-        return False
+    return paths.is_kind_path(data, path, ServingSpec)
 
 
 def apply_fields(data: dict[str, Any], fields: dict[str, Any], label: str = "") -> None:
     """Set every path of ``fields`` in ``data``: kind-selecting fields first."""
-    ordered = sorted(fields, key=lambda p: not _is_kind_path(data, p))
-    for path in ordered:
-        set_path(data, path, fields[path], label)
+    paths.apply_paths(data, fields, ServingSpec, label or "the serving system")
 
 
 # ---- points -----------------------------------------------------------------------------------

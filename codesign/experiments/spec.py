@@ -13,12 +13,13 @@ A study is a YAML file in the repository's ``experiments/`` folder (installed as
     metrics: [mfu, step_time_s]
     plots: [{kind: line, x: gpu.hbm_bandwidth_TBps, y: mfu, file: mfu-vs-hbm}]
 
-Axis paths: ``model``, ``gpu``, ``topology`` (whole entries: catalog names or file paths),
-``num_gpus``, ``plan.<field>`` (a :class:`~codesign.specs.parallel.ParallelismSpec` field) and
-``model.<field...>``, ``gpu.<field...>``, ``topology.<field...>`` (fields of the entry, changed
-with :func:`codesign.specs.base.evolve`). Every path is checked when the spec is validated,
-against every entry it can apply to, and an unknown one is rejected with the fields allowed
-where it fails.
+``base`` is a run file (:mod:`codesign.specs.run_file`, the loader of ``simulate --run``
+too). Axis paths: ``model``, ``gpu``, ``topology`` (whole entries: catalog names or file
+paths), ``num_gpus``, ``plan.<field>`` (a :class:`~codesign.specs.parallel.ParallelismSpec`
+field) and ``model.<field...>``, ``gpu.<field...>``, ``topology.<field...>`` (fields of the
+entry, in the path language of :mod:`codesign.specs.paths`). Every path is checked when the
+spec is validated, against every entry it can apply to (:mod:`codesign.experiments.
+training_axes`), and an unknown one is rejected with the fields allowed where it fails.
 
 A study with ``kind: serving`` starts every point from a serving system instead (``base:
 {serving: FILE, overrides: {...}, variants: {...}}``); its axes are paths into the
@@ -30,39 +31,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from codesign.catalogs import catalog_root
-from codesign.errors import CodesignError, SpecError
+from codesign.errors import SpecError
 from codesign.experiments.serving_axes import (
     DEFAULT_SERVING_METRICS,
     SERVING_HIGHER_IS_BETTER,
     SERVING_METRICS,
     check_serving_experiment,
 )
-from codesign.experiments.serving_axes import absolutize as _absolutize_serving
+from codesign.experiments.study_files import list_experiments, load_experiment
+from codesign.experiments.training_axes import check_training_experiment
 from codesign.specs.base import Spec, format_validation_error
-from codesign.specs.catalog import (
-    load_gpu,
-    load_model,
-    load_topology,
-    parse_topology,
-    read_data_file,
-)
-from codesign.specs.gpu import GpuSpec
-from codesign.specs.model import ModelSpec
-from codesign.specs.parallel import ParallelismSpec
-from codesign.specs.topology import FullFlatTopology, TwoTierTopology
-
-#: whole-entry axes: the value is a catalog name or a file path
-ENTRY_KINDS = ("model", "gpu", "topology")
-#: first components an axis path may start with
-PATH_ROOTS = (*ENTRY_KINDS, "num_gpus", "plan")
+from codesign.specs.run_file import ENTRY_KINDS, RunFile, load_entry
 
 #: the metric columns of a result row (``breakdown_s.<key>`` and ``memory_GiB.<key>`` too)
 METRICS = ("step_time_s", "mfu", "hfu", "tokens_per_s", "tflops_per_gpu",
@@ -120,16 +103,12 @@ class SweepBlock(Spec):
         return n
 
 
-class BaseRun(Spec):
-    """The run every point starts from. ``model``/``gpu``/``topology`` are catalog names, file
-    paths or inline mappings; ``topology`` defaults to the GPU's usual system."""
+class BaseRun(RunFile):
+    """The run every point starts from: a run file (:class:`~codesign.specs.run_file.RunFile`:
+    ``model``/``gpu``/``topology`` as catalog names, file paths or inline mappings, the
+    topology defaulting to the GPU's usual system; ``num_gpus``; ``plan``, alias ``parallel``)
+    with the overrides and, for a serving study, the serving system and its variants."""
 
-    model: str | dict[str, Any] = "gpt3-175b"
-    gpu: str | dict[str, Any] = "h100"
-    topology: str | dict[str, Any] | None = None
-    num_gpus: int | None = Field(default=None, ge=1, description="None: one pipeline replica "
-                                 "(tp·pp·cp·dp when dp is given)")
-    plan: dict[str, Any] = Field(default_factory=dict, description="ParallelismSpec settings")
     overrides: dict[str, Any] = Field(
         default_factory=dict,
         description="field paths (model.x, gpu.x, topology.x) set on every point before the axes")
@@ -139,15 +118,6 @@ class BaseRun(Spec):
     variants: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
         description="kind serving: named bundles of field paths, applied by the axis 'variant'")
-
-    @field_validator("plan")
-    @classmethod
-    def _check_plan(cls, plan: dict[str, Any]) -> dict[str, Any]:
-        try:
-            ParallelismSpec.model_validate({k: v for k, v in plan.items() if v is not None})
-        except ValidationError as exc:
-            raise ValueError(format_validation_error(exc, "plan")) from None
-        return plan
 
 
 class SearchSettings(Spec):
@@ -283,19 +253,7 @@ class ExperimentSpec(Spec):
                              "system (add kind: serving)")
         if isinstance(info.context, dict) and info.context.get("check_entries") is False:
             return self
-        try:
-            base_entries = _base_entries(self.base)
-        except CodesignError as exc:
-            raise ValueError(str(exc)) from None
-        for path in self.base.overrides:
-            _check_path(path, base_entries, "base.overrides", field_only=True)
-        for i, block in enumerate(self.sweep):
-            _check_block(block, base_entries, self.base, f"sweep[{i}]")
-        if self.smoke is not None:
-            for path in self.smoke.base:
-                _check_path(path, base_entries, "smoke.base")
-            for i, block in enumerate(self.smoke.sweep or []):
-                _check_block(block, base_entries, self.base, f"smoke.sweep[{i}]")
+        check_training_experiment(self)
         return self
 
     def _check_serving(self, info: ValidationInfo) -> ExperimentSpec:
@@ -378,186 +336,6 @@ class ExperimentSpec(Spec):
                                    exclude={"base": {"serving", "variants"}})
         text = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-# ---- path checks ------------------------------------------------------------------------------
-
-Entries = dict[str, list[tuple[str, dict[str, Any]]]]  # kind -> [(label, data of the entry)]
-
-
-def load_entry(kind: str, ref: str | dict[str, Any]) -> ModelSpec | GpuSpec | TwoTierTopology \
-        | FullFlatTopology:
-    """A model, GPU or topology from a catalog name, file path or inline mapping."""
-    if kind == "model":
-        return ModelSpec.parse(ref, "model") if isinstance(ref, dict) else load_model(ref)
-    if kind == "gpu":
-        return GpuSpec.parse(ref, "gpu") if isinstance(ref, dict) else load_gpu(ref)
-    return parse_topology(ref, "topology") if isinstance(ref, dict) else load_topology(ref)
-
-
-def _label(kind: str, ref: str | dict[str, Any]) -> str:
-    return f"{kind} '{ref}'" if isinstance(ref, str) else f"inline {kind}"
-
-
-def _base_entries(base: BaseRun) -> Entries:
-    gpu = load_entry("gpu", base.gpu)
-    assert isinstance(gpu, GpuSpec)
-    topo_ref = base.topology if base.topology is not None else gpu.default_topology
-    out: Entries = {}
-    for kind, ref in (("model", base.model), ("gpu", base.gpu), ("topology", topo_ref)):
-        out[kind] = [(_label(kind, ref), load_entry(kind, ref).model_dump())]
-    return out
-
-
-def _check_block(block: SweepBlock, base_entries: Entries, base: BaseRun, where: str) -> None:
-    entries = dict(base_entries)
-    for kind in ENTRY_KINDS:
-        refs = block.axes.get(kind)
-        if refs is None:
-            continue
-        try:
-            entries[kind] = [(_label(kind, r), load_entry(kind, r).model_dump()) for r in refs]
-        except CodesignError as exc:
-            raise ValueError(f"{where}.axes.{kind}: {exc}") from None
-    if "gpu" in block.axes and "topology" not in block.axes and base.topology is None:
-        # the topology follows each GPU's usual system
-        try:
-            entries["topology"] = [
-                (_label("topology", t), load_entry("topology", t).model_dump())
-                for t in dict.fromkeys(str(g["default_topology"]) for _, g in entries["gpu"])]
-        except CodesignError as exc:
-            raise ValueError(f"{where}.axes.gpu: {exc}") from None
-    for path in block.axes:
-        _check_path(path, entries, f"{where}.axes")
-    for path in base.overrides:  # applied to this block's entries too
-        _check_path(path, entries, f"base.overrides (with {where})", field_only=True)
-
-
-def _check_path(path: str, entries: Entries, where: str, field_only: bool = False) -> None:
-    """Raise ValueError unless ``path`` names a field of every entry it applies to."""
-    keys = path.split(".")
-    root = keys[0]
-    if root not in PATH_ROOTS or (field_only and (len(keys) == 1 or root not in ENTRY_KINDS)):
-        roots = ", ".join(f"{k}.<field>" for k in ENTRY_KINDS) if field_only else \
-            "model, gpu, topology, num_gpus, plan.<field>, model.<field>, gpu.<field>, " \
-            "topology.<field>"
-        raise ValueError(f"{where}: unknown path '{path}'; a path is one of {roots}")
-    if root == "num_gpus":
-        if len(keys) > 1:
-            raise ValueError(f"{where}: unknown path '{path}'; num_gpus has no fields")
-        return
-    if root == "plan":
-        fields = list(ParallelismSpec.model_fields)
-        if len(keys) != 2 or keys[1] not in fields:
-            raise ValueError(f"{where}: unknown path '{path}': ParallelismSpec has no field "
-                             f"'{'.'.join(keys[1:])}'; allowed: {', '.join(fields)}")
-        return
-    for label, data in entries[root]:
-        node: Any = data
-        for depth, key in enumerate(keys[1:], start=1):
-            prefix = ".".join(keys[:depth])
-            if node is None:
-                raise ValueError(f"{where}: unknown path '{path}': '{prefix}' is not set "
-                                 f"(null) for {label}, so it has no field '{key}'")
-            if not isinstance(node, dict):
-                raise ValueError(f"{where}: unknown path '{path}': '{prefix}' is a value, "
-                                 f"not a group of fields")
-            if key not in node:
-                names = ", ".join(str(k) for k in node)
-                owner = label if depth == 1 else f"'{prefix}' of {label}"
-                raise ValueError(f"{where}: unknown path '{path}': {owner} has no field "
-                                 f"'{key}'; allowed: {names}")
-            node = node[key]
-
-
-# ---- loading ----------------------------------------------------------------------------------
-
-def _catalog_files() -> Iterator[tuple[str, Any]]:
-    root = catalog_root("experiments")
-    for entry in sorted(root.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith((".yaml", ".yml")):
-            yield entry.name, entry
-
-
-def list_experiments() -> list[tuple[str, str]]:
-    """(name, title) of every study in the catalog, by file name (not validated here)."""
-    out = []
-    for fname, entry in _catalog_files():
-        try:
-            data = yaml.safe_load(entry.read_text())
-        except yaml.YAMLError:
-            data = None
-        title = str(data.get("title", "")) if isinstance(data, dict) else "(not valid YAML)"
-        out.append((Path(fname).stem, title))
-    return out
-
-
-def _absolutize(data: dict[str, Any], base_dir: Path) -> None:
-    """Make entry references that are files next to the spec file absolute paths."""
-
-    def fix(ref: Any) -> Any:
-        if isinstance(ref, str) and not Path(ref).is_absolute() and (base_dir / ref).is_file():
-            return str((base_dir / ref).resolve())
-        return ref
-
-    base = data.get("base")
-    if isinstance(base, dict):
-        for kind in ENTRY_KINDS:
-            if kind in base:
-                base[kind] = fix(base[kind])
-    blocks: list[Any] = []
-    for holder in (data, data.get("smoke")):
-        if isinstance(holder, dict):
-            sweep = holder.get("sweep")
-            blocks += [sweep] if isinstance(sweep, dict) else (sweep or [])
-    smoke = data.get("smoke")
-    if isinstance(smoke, dict) and isinstance(smoke.get("base"), dict):
-        for kind in ENTRY_KINDS:
-            if kind in smoke["base"]:
-                smoke["base"][kind] = fix(smoke["base"][kind])
-    for block in blocks:
-        axes = block.get("axes") if isinstance(block, dict) else None
-        if isinstance(axes, dict):
-            for kind in ENTRY_KINDS:
-                if isinstance(axes.get(kind), list):
-                    axes[kind] = [fix(v) for v in axes[kind]]
-    _absolutize_serving(base, blocks, smoke.get("base") if isinstance(smoke, dict) else None,
-                        fix)
-
-
-def load_experiment(name_or_path: str | Path) -> ExperimentSpec:
-    """A study by catalog name (``experiments/<name>.yaml``) or YAML file path.
-
-    Entry references that are files next to the spec file are made absolute, so the spec
-    (stored in the results manifest) works from any directory.
-    """
-    ref = str(name_or_path)
-    names = {n: n for n, _ in list_experiments()}
-    if ref in names and not Path(ref).is_file():
-        entry = catalog_root("experiments").joinpath(f"{ref}.yaml")
-        if not entry.is_file():
-            entry = catalog_root("experiments").joinpath(f"{ref}.yml")
-        origin = f"experiments/{entry.name}"
-        try:
-            data = yaml.safe_load(entry.read_text())
-        except yaml.YAMLError as exc:
-            raise SpecError(f"{origin}: not valid YAML: {str(exc).splitlines()[0]}") from None
-        base_dir: Path | None = None
-    else:
-        path = Path(ref)
-        if not path.is_file() and not ref.endswith((".yaml", ".yml", ".json")):
-            allowed = ", ".join(names) or "(none)"
-            raise SpecError(f"unknown experiment '{ref}'; allowed: {allowed} (or a YAML file "
-                            "path)")
-        origin = str(path)
-        data = read_data_file(path)
-        base_dir = path.resolve().parent
-    if not isinstance(data, dict):
-        raise SpecError(f"{origin}: an experiment spec is a mapping with name, base, sweep, "
-                        "metrics, plots")
-    if base_dir is not None:
-        _absolutize(data, base_dir)
-    return ExperimentSpec.parse(data, origin)
 
 
 __all__ = ["ENTRY_KINDS", "HIGHER_IS_BETTER", "METRICS", "AxisValue", "BaseRun",

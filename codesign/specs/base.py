@@ -41,18 +41,18 @@ def format_validation_error(exc: ValidationError, what: str, origin: str = "") -
 def evolve(spec: T, updates: dict[str, Any]) -> T:
     """Return a validated copy of ``spec`` with dotted-path ``updates`` applied.
 
-    ``evolve(run, {"gpu.hbm_bandwidth_TBps": 8.0})`` changes a nested field; the result is
-    re-validated, so an invalid value raises :class:`SpecError` naming the path.
+    ``evolve(run, {"gpu.hbm_bandwidth_TBps": 8.0})`` changes a nested field. Paths are those
+    of :mod:`codesign.specs.paths` (fields, list elements by position or name, mapping keys);
+    an unknown path raises :class:`SpecError` naming it and the names allowed where it fails,
+    and the result is re-validated, so an invalid value raises :class:`SpecError` too.
     """
+    from codesign.specs.paths import set_path
+
+    cls = type(spec)
     data = spec.model_dump()
     for path, value in updates.items():
-        node: Any = data
-        keys = path.split(".")
-        for key in keys[:-1]:
-            if not isinstance(node, dict) or key not in node:
-                raise SpecError(f"{type(spec).__name__}: no field '{path}' (at '{key}')")
-            node = node[key]
-        if not isinstance(node, dict) or keys[-1] not in node:
-            raise SpecError(f"{type(spec).__name__}: no field '{path}'")
-        node[keys[-1]] = value
-    return type(spec).parse(data)
+        try:
+            set_path(data, path, value, cls, cls.__name__)
+        except ValueError as exc:
+            raise SpecError(f"{cls.__name__}: unknown path '{path}': {exc}") from None
+    return cls.parse(data)

@@ -15,36 +15,54 @@ DEFAULT_PLACEMENT: tuple[Dim, ...] = ("tp", "cp", "ep", "dp", "pp")
 class ParallelismSpec(Spec):
     """A training plan. ``dp`` is derived from the GPU count when left out.
 
+    Every field is a setting of ``codesign simulate`` (and ``export chakra``, ``search``): its
+    flag is ``--<field-name>`` with dashes, or ``json_schema_extra={"flag": ...}``; its type,
+    choices and help come from the field (:mod:`codesign.cli.plan_flags`), so a new field
+    needs no CLI change.
+
     Expert parallelism (``ep``) splits the data-parallel ranks for expert layers (Megatron-style:
     ``ep`` must divide ``dp × cp``); expert tensor parallelism is ``etp`` (default: ``tp``).
     """
 
-    tp: int = Field(default=1, ge=1, description="tensor parallel size")
-    pp: int = Field(default=1, ge=1, description="pipeline parallel size")
-    dp: int | None = Field(default=None, ge=1, description="data parallel size; None = derived")
-    cp: int = Field(default=1, ge=1, description="context parallel size")
-    ep: int = Field(default=1, ge=1, description="expert parallel size")
-    etp: int | None = Field(default=None, ge=1, description="expert tensor parallel; None = tp")
-    vpp: int = Field(default=1, ge=1, description="virtual pipeline stages (chunks) per rank")
-    sequence_parallel: bool = False
+    tp: int = Field(default=1, ge=1, description="tensor-parallel size")
+    pp: int = Field(default=1, ge=1, description="pipeline-parallel size")
+    dp: int | None = Field(default=None, ge=1,
+                           description="data-parallel size; None = GPUs / (tp·pp·cp)")
+    cp: int = Field(default=1, ge=1, description="context-parallel size")
+    ep: int = Field(default=1, ge=1,
+                    description="expert-parallel size (MoE; divides dp·cp)")
+    etp: int | None = Field(default=None, ge=1,
+                            description="expert tensor-parallel size (1 or tp); None = tp")
+    vpp: int = Field(default=1, ge=1,
+                     description="virtual pipeline stages (chunks) per rank (interleaving)")
+    sequence_parallel: bool = Field(default=False, description="sequence parallelism (with tp)",
+                                    json_schema_extra={"flag": "--sp"})
     schedule: Literal["gpipe", "1f1b", "interleaved", "zb-h1"] | None = Field(
-        default=None, description="None = interleaved when vpp > 1, else 1f1b; zb-h1 = "
-                                  "zero-bubble ZB-H1 (backward split into input and weight "
-                                  "gradients, Qi et al. 2023)"
+        default=None, description="pipeline schedule; None = interleaved when vpp > 1, else "
+                                  "1f1b; zb-h1 = zero-bubble ZB-H1 (backward split into input "
+                                  "and weight gradients, Qi et al. 2023)"
     )
-    micro_batch_size: int = Field(default=1, ge=1, description="sequences per micro-batch")
-    global_batch_size: int = Field(default=1024, ge=1, description="sequences per step")
-    seq_len: int | None = Field(default=None, ge=1, description="None = model's seq_len")
-    recompute: Literal["none", "selective", "full"] = "none"
+    micro_batch_size: int = Field(default=1, ge=1, description="sequences per micro-batch",
+                                  json_schema_extra={"flag": "--micro-batch"})
+    global_batch_size: int = Field(default=1024, ge=1, description="sequences per step",
+                                   json_schema_extra={"flag": "--global-batch"})
+    seq_len: int | None = Field(default=None, ge=1,
+                                description="sequence length; None = the model's seq_len")
+    recompute: Literal["none", "selective", "full"] = Field(default="none",
+                                                            description="activation recompute")
     zero_stage: Literal[0, 1, 2, 3] = Field(
-        default=1, description="0 none, 1 optimizer states, 2 +grads, 3 +params (= FSDP)"
-    )
-    fsdp: bool = Field(default=False, description="FSDP full shard; implies zero_stage 3")
+        default=1, description="ZeRO stage: 0 none, 1 optimizer states (distributed optimizer), "
+                               "2 +grads, 3 +params (= FSDP)",
+        json_schema_extra={"flag": "--zero"})
+    fsdp: bool = Field(default=False, description="FSDP full sharding; implies zero_stage 3")
     dtype: Literal["bf16", "fp16", "fp8"] = Field(default="bf16", description="GEMM precision")
-    flash_attention: bool = Field(default=True, description="fused attention, no s×s matrix")
-    overlap_grad_reduce: bool = True
-    overlap_param_gather: bool = True
-    tp_comm_overlap: bool = False
+    flash_attention: bool = Field(default=True,
+                                 description="fused (flash) attention, no s×s matrix")
+    overlap_grad_reduce: bool = Field(
+        default=True, description="overlap DP gradient reduction with backward")
+    overlap_param_gather: bool = Field(
+        default=True, description="overlap parameter all-gathers with compute")
+    tp_comm_overlap: bool = Field(default=False, description="overlap TP communication with GEMMs")
     pipeline_scatter_gather: bool = Field(
         default=False,
         description="without sequence parallelism, split each pipeline send over the TP ranks "
@@ -55,8 +73,11 @@ class ParallelismSpec(Spec):
         description="pipeline sends run beside compute; False: a stage waits for its own send "
                     "before its next pass (Megatron-LM 2021-22 synchronized after each "
                     "batch_isend_irecv)")
-    placement_order: tuple[Dim, ...] = Field(default=DEFAULT_PLACEMENT)
-    collective_algorithm: Literal["auto", "ring", "tree", "hierarchical", "in_network"] = "auto"
+    placement_order: tuple[Dim, ...] = Field(
+        default=DEFAULT_PLACEMENT, description="rank placement, innermost first",
+        json_schema_extra={"flag": "--placement"})
+    collective_algorithm: Literal["auto", "ring", "tree", "hierarchical", "in_network"] = Field(
+        default="auto", description="collective algorithm (auto: the fastest available)")
 
     @model_validator(mode="after")
     def _check(self) -> ParallelismSpec:

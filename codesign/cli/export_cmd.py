@@ -1,4 +1,4 @@
-"""CLI commands for traces: ``export chakra`` (ASTRA-sim execution traces) and ``inspect``."""
+"""``codesign export chakra``: a training step as Chakra execution traces for ASTRA-sim."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ import json
 import sys
 from typing import Any
 
-from codesign.cli.common import add_run_flags, run_from_args
+from codesign.cli.common import add_format, add_out, add_run_flags, run_from_args
+from codesign.errors import SpecError
 
 
 def register(sub: Any) -> None:
-    """Add ``export`` (with its ``chakra`` format) and ``inspect`` to the subparsers ``sub``."""
+    """Add ``export`` (with its ``chakra`` format) to the top-level subparsers ``sub``."""
     exp = sub.add_parser(
         "export", help="export a training step as execution traces for other simulators",
         description="Export one training step of a run as execution traces.")
@@ -26,36 +27,28 @@ def register(sub: Any) -> None:
                     "run options of 'simulate'. The plan is checked as 'simulate' checks it, "
                     "except for memory: an out-of-memory plan is still exported.",
         epilog="Example:\n  codesign export chakra --model gpt3-175b --gpu h100 --gpus 64 "
-               "--tp 8 --pp 8 --micro-batch 1 --global-batch 64 --output out/gpt3",
+               "--tp 8 --pp 8 --micro-batch 1 --global-batch 64 --out out/gpt3",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_flags(ch)
-    ch.add_argument("--output", required=True, metavar="PREFIX",
-                    help="path prefix of the files written (directories are created)")
-    ch.add_argument("--format", choices=["table", "json"], default="table",
-                    help="summary of what was written")
+    add_out(ch, "PREFIX", "path prefix of the files written (directories are created; "
+                          "required)")
+    add_format(ch, "the summary of what was written")
     ch.set_defaults(func=cmd_export_chakra)
-
-    ins = sub.add_parser(
-        "inspect", help="summarize a Chakra execution trace (one .et file or a PREFIX)",
-        description="Decode a Chakra ET file, or every PREFIX.<rank>.et of a prefix, and "
-                    "print node counts by type, compute FLOPs and bytes, bytes per collective "
-                    "kind, pipeline sends/receives and the communicator groups "
-                    "(PREFIX.groups.json when present), with any inconsistency found.")
-    ins.add_argument("trace", metavar="TRACE", help="a .et file or a PREFIX")
-    ins.add_argument("--format", choices=["table", "json"], default="table")
-    ins.set_defaults(func=cmd_inspect)
 
 
 def cmd_export_chakra(args: argparse.Namespace) -> int:
     from codesign.trace.chakra import export_chakra
 
+    if not args.out:
+        raise SpecError("export chakra: --out PREFIX is required (the path prefix of the "
+                        "files written)")
     run = run_from_args(args)
 
     def progress(done: int, total: int) -> None:
         if sys.stderr.isatty():
             print(f"\r{done:,}/{total:,} ranks", end="", file=sys.stderr, flush=True)
 
-    result = export_chakra(run, args.output, progress=progress)
+    result = export_chakra(run, args.out, progress=progress)
     if sys.stderr.isatty():
         print(file=sys.stderr)
     if args.format == "json":
@@ -69,15 +62,4 @@ def cmd_export_chakra(args: argparse.Namespace) -> int:
     print(f"network: {result.files['network']}")
     print(f"system:  {result.files['system']}")
     print(f"memory:  {result.files['memory']}")
-    return 0
-
-
-def cmd_inspect(args: argparse.Namespace) -> int:
-    from codesign.trace.reader import format_summary, summarize
-
-    summary = summarize(args.trace)
-    if args.format == "json":
-        print(json.dumps(summary.to_dict(), indent=2))
-    else:
-        print(format_summary(summary))
     return 0

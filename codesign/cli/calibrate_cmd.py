@@ -1,0 +1,50 @@
+"""``codesign calibrate``: fit each GPU's sustained compute fraction to measured runs."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from codesign.cli.common import add_jobs, jobs_of
+
+
+def register(sub: Any) -> None:
+    """Add ``calibrate`` to the top-level subparsers ``sub``."""
+    cal = sub.add_parser(
+        "calibrate", help="fit each GPU's sustained compute fraction to measured runs",
+        description="Fit one sustained_fraction per GPU type (the share of microbenchmark "
+                    "GEMM/attention efficiency sustained in end-to-end training) to the rows of "
+                    "a measurement CSV, and cross-validate by fitting on half of the sources and "
+                    "scoring the other half, both ways. Prints the values to put in the "
+                    "hardware catalog; changes no file.")
+    cal.add_argument("csv", metavar="PATH.csv")
+    add_jobs(cal, "fitting the GPU types")
+    cal.set_defaults(func=cmd_calibrate)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from codesign.validation.calibrate import calibrate
+    from codesign.validation.runner import summarize
+    from codesign.validation.training_cases import iter_cases
+
+    jobs = jobs_of(args)
+    cases = [c for _, c in iter_cases(Path(args.csv)) if not isinstance(c, str)]
+    rep = calibrate(cases, jobs=jobs)
+
+    def line(results: list[Any]) -> str:
+        s = summarize(results)
+        if not s["n"]:
+            return "no case"
+        return (f"n={s['n']} median {s['median_abs_error_pct']:.1f}% mean "
+                f"{s['mean_abs_error_pct']:.1f}% p90 {s['p90_abs_error_pct']:.1f}% max "
+                f"{s['max_abs_error_pct']:.1f}% ({s['worst_case']})")
+
+    print("sustained_fraction per GPU (hardware/<gpu>.yaml, efficiency.sustained_fraction):")
+    for gpu, f in rep.fractions.items():
+        print(f"  {gpu:12s} {f:.3f}")
+    print(f"in-sample: {line(rep.in_sample)}")
+    for train, fitted, held in rep.folds:
+        fits = ", ".join(f"{g} {f:.3f}" for g, f in fitted.items())
+        print(f"fit on {'; '.join(train)} ({fits})\n  held-out: {line(held)}")
+    return 0

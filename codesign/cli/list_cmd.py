@@ -1,0 +1,46 @@
+"""``codesign list``: the catalog entries (GPUs, topologies, models)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    """Add ``list`` to the top-level subparsers ``sub``."""
+    ls = sub.add_parser("list", help="list catalog entries (GPUs, topologies, models)")
+    ls.add_argument("kind", nargs="?", choices=["gpus", "topologies", "models"],
+                    help="one catalog (default: all)")
+    ls.set_defaults(func=cmd_list)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from codesign.specs.catalog import catalog_entries
+
+    kinds = {"gpus": "hardware", "topologies": "topologies", "models": "workloads"}
+    chosen = [args.kind] if args.kind else list(kinds)
+    for title in chosen:
+        print(f"{title}:")
+        for _, data in catalog_entries(kinds[title]):  # type: ignore[arg-type]
+            print(f"  {data.get('name', '?'):22s} {_describe(title, data)}")
+    return 0
+
+
+def _describe(kind: str, d: dict[str, Any]) -> str:
+    if kind == "gpus":
+        peaks = d.get("peak_tflops", {})
+        mem = "DDR" if d.get("kind") == "cpu" else "HBM"
+        return (f"{d.get('kind', 'gpu')}: bf16 {peaks.get('bf16', '?')} TFLOP/s, "
+                f"{d.get('hbm_capacity_GB')} GB {mem} at "
+                f"{d.get('hbm_bandwidth_TBps')} TB/s, system {d.get('default_topology')}")
+    if kind == "topologies":
+        if d.get("kind") == "fullflat":
+            return f"FullFlat, {d.get('bandwidth_GBps')} GB/s per GPU"
+        up, out = d.get("scale_up", {}), d.get("scale_out", {})
+        return (f"two-tier: {up.get('domain_size')}-GPU domain at {up.get('bandwidth_GBps')} "
+                f"GB/s, {out.get('nic_bandwidth_Gbps')} Gb/s NIC per GPU")
+    moe = d.get("moe")
+    kind_s = f"MoE {moe['num_experts']}x top-{moe['top_k']}" if moe else "dense"
+    params = d.get("published_params_B")
+    size = f"{params:.4g}B params" if isinstance(params, (int, float)) else "? params"
+    return f"{size}, {d.get('num_layers')} layers, {kind_s}"
