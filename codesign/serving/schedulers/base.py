@@ -1,10 +1,10 @@
 """What every batching scheduler provides, and the admission helpers they share.
 
-A scheduler owns the policy of one replica (:class:`~codesign.serving.engine.Instance`):
+A scheduler owns the policy of one replica (:class:`~codesign.serving.replica.Instance`):
 which waiting sequences to admit, how many prefill tokens each step carries, whether running
 sequences decode, and whom to preempt. The replica owns the mechanism: the queue, the KV-block
 pool, decode bookkeeping and the step loop. ``schedule`` is called whenever the replica is
-free and returns a :class:`~codesign.serving.engine.StepPlan`, or ``None`` to sleep until a
+free and returns a :class:`~codesign.serving.replica.StepPlan`, or ``None`` to sleep until a
 sequence arrives (or :meth:`Scheduler.idle_wait_s` passes).
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
-from codesign.serving.engine import RECEIVING, Instance, Seq, StepPlan, blocks_for
+from codesign.serving.replica import RECEIVING, Instance, Seq, StepPlan, blocks_for
 
 
 class Scheduler(ABC):

@@ -10,7 +10,7 @@ sequence (recompute), and prefills that stall with the pool full evict the lates
 
 from __future__ import annotations
 
-from codesign.serving.engine import PREFILL, Instance, Seq, StepPlan, blocks_for
+from codesign.serving.replica import PREFILL, Instance, Seq, StepPlan, blocks_for
 from codesign.serving.schedulers.base import Scheduler
 from codesign.specs.serving import ChunkedPrefillSchedulerSpec
 

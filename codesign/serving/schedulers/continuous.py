@@ -12,7 +12,7 @@ is readmitted). The pool is never exceeded.
 
 from __future__ import annotations
 
-from codesign.serving.engine import Instance, StepPlan
+from codesign.serving.replica import Instance, StepPlan
 from codesign.serving.schedulers.base import Scheduler
 from codesign.specs.serving import ContinuousSchedulerSpec
 
