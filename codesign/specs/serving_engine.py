@@ -79,6 +79,16 @@ class ModelEntrySpec(Spec):
 # --- schedulers -------------------------------------------------------------------------
 
 
+#: how a paged scheduler admits requests against the KV pool (TensorRT-LLM's
+#: ``CapacitySchedulerPolicy`` names)
+CapacityPolicy = Literal["max_utilization", "guaranteed_no_evict"]
+CAPACITY_POLICY_HELP = (
+    "max_utilization: admit while the prompt's KV blocks are free, preempt (recompute) when "
+    "decode runs out (vLLM); guaranteed_no_evict: admit only while the blocks of every "
+    "admitted request's whole prompt and output fit, so nothing is ever preempted "
+    "(TensorRT-LLM's default)")
+
+
 class _PagedSettings(Spec):
     block_size_tokens: int = Field(default=16, ge=1, description="tokens per KV block")
     kv_capacity_tokens: int | None = Field(
@@ -107,6 +117,8 @@ class ContinuousSchedulerSpec(_PagedSettings):
         default=8192, ge=1, description="prefill tokens per step")
     watermark_fraction: float = Field(
         default=0.01, ge=0, lt=1, description="blocks kept free at admission (vLLM default)")
+    capacity_policy: CapacityPolicy = Field(
+        default="max_utilization", description=CAPACITY_POLICY_HELP)
 
 
 class ChunkedPrefillSchedulerSpec(_PagedSettings):
@@ -115,7 +127,14 @@ class ChunkedPrefillSchedulerSpec(_PagedSettings):
 
     name: Literal["chunked_prefill"] = "chunked_prefill"
     token_budget: int = Field(default=2048, ge=1, description="tokens per step (decode+prefill)")
+    chunk_prompts: bool = Field(
+        default=True,
+        description="False: a prompt that fits the budget is scheduled whole (it waits for a "
+                    "step with room, first come first served) and only longer prompts are "
+                    "chunked (TensorRT-LLM without chunked context)")
     watermark_fraction: float = Field(default=0.01, ge=0, lt=1)
+    capacity_policy: CapacityPolicy = Field(
+        default="max_utilization", description=CAPACITY_POLICY_HELP)
 
 
 class NetworkKvLink(Spec):

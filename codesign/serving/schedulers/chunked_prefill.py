@@ -6,6 +6,11 @@ sequence (decode-maximal batching), then prefill chunks — continuing partially
 prompts in admission order, then admitting waiting ones — until the budget is used. KV blocks
 are allocated chunk by chunk; a decode step short of blocks preempts the latest admitted
 sequence (recompute), and prefills that stall with the pool full evict the latest prefill.
+With ``capacity_policy: guaranteed_no_evict`` (TensorRT-LLM's default) a request is admitted
+only while the blocks of its whole prompt and output fit beside those promised to the
+admitted requests, so decode never runs short and nothing is preempted. With
+``chunk_prompts: false`` only prompts longer than the budget are chunked; others wait for a
+step with room for the whole prompt.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ class ChunkedPrefillScheduler(Scheduler):
     def __init__(self, inst: Instance, settings: ChunkedPrefillSchedulerSpec) -> None:
         super().__init__(inst, settings)
         self.budget = settings.token_budget
+        self.chunk_prompts = settings.chunk_prompts
 
     def _fit(self, seq: Seq, n: int) -> int:
         """Allocate blocks for up to ``n`` more tokens of ``seq``; returns the tokens that fit."""
@@ -66,9 +72,12 @@ class ChunkedPrefillScheduler(Scheduler):
                 if not self.admit_remote(seq):
                     break
                 continue
-            n = min(seq.pf_total - seq.cached, budget)
+            rest = seq.pf_total - seq.cached
+            if rest > budget and not self.chunk_prompts and rest <= self.budget:
+                break  # waits for a step with room for the whole prompt
+            n = min(rest, budget)
             need = blocks_for(seq.cached + n, inst.B)
-            if inst.free_blocks - need < self.watermark:
+            if inst.free_blocks - need < self.watermark or not self.room_for(seq):
                 break
             self.start_prefill(seq, need, n, chunks, args)
             budget -= n
