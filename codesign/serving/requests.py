@@ -159,6 +159,24 @@ def request_process(system: System, req: RequestRecord, draws: ClientDraws,
     req.finish_s = env.now
 
 
+def submit_plain(system: System, req: RequestRecord) -> None:
+    """A request without stages: its one generate call, submitted now and finished by a
+    callback (what :func:`request_process` does, without a process per request)."""
+    env = system.env
+    seq = Seq(env, req.prompt_tokens, req.output_tokens, req.cached_tokens, req, "generate")
+    req.seqs.append(seq)
+    system.group_for(req.model, req.engine).pick().submit(seq)
+
+    def finished(_event: Any) -> None:
+        if seq.state == REJECTED:
+            req.rejected = seq.reason
+        req.finish_s = env.now
+
+    callbacks = seq.done.callbacks
+    assert callbacks is not None
+    callbacks.append(finished)
+
+
 def arrival_process(system: System, draws: ClientDraws, records: list[RequestRecord],
                     first_id: int) -> Generator[Any, Any, None]:
     """Release the client's requests at their arrival times."""
@@ -177,4 +195,8 @@ def arrival_process(system: System, draws: ClientDraws, records: list[RequestRec
         req = RequestRecord(first_id + i, c.name, i, type_names[tix[i]], key, t, ins[i],
                             outs[i])
         records.append(req)
-        env.process(request_process(system, req, draws, type_stages[tix[i]]))
+        stages = type_stages[tix[i]]
+        if stages:
+            env.process(request_process(system, req, draws, stages))
+        else:
+            submit_plain(system, req)

@@ -15,6 +15,7 @@ holds what happened; this module runs a spec and re-exports their public names.
 
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,10 +118,19 @@ def simulate_serving(spec: ServingSpec, *, base_dir: Path | str | None = None,
         draws = draw_client(spec, i, bdir, problems)
         env.process(arrival_process(system, draws, records, first))
         first += len(draws.arrival_s)
-    if spec.horizon_s is not None:
-        env.run(until=spec.horizon_s)
-    else:
-        env.run()
+    # every object the run creates lives until the result is dropped, so the cyclic
+    # collector's passes over them during the run only cost time (a third of it at 30,000
+    # requests)
+    collect = gc.isenabled()
+    gc.disable()
+    try:
+        if spec.horizon_s is not None:
+            env.run(until=spec.horizon_s)
+        else:
+            env.run()
+    finally:
+        if collect:
+            gc.enable()
     records.sort(key=lambda r: r.id)
     return ServingResult(spec=spec, requests=records, instances=system.instances,
                          gpus=system.gpu_of, kv_transfers=system.kv_transfers,

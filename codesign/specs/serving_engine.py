@@ -4,6 +4,7 @@ memory tiers. Part of :mod:`codesign.specs.serving`, which re-exports every name
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Annotated, Literal
 
@@ -25,7 +26,11 @@ DEFAULT_MAX_NUM_TOKENS = 8192
 
 def model_key(ref: str | ModelSpec) -> str:
     """The name a model is matched by across engines, clients and routes (normalized)."""
-    name = ref.name if isinstance(ref, ModelSpec) else ref
+    return _normalized(ref if isinstance(ref, str) else ref.name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _normalized(name: str) -> str:
     return re.sub(r"[\s_]+", "-", name.strip().lower())
 
 

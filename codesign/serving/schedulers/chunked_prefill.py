@@ -29,6 +29,16 @@ class ChunkedPrefillScheduler(Scheduler):
         super().__init__(inst, settings)
         self.budget = settings.token_budget
         self.chunk_prompts = settings.chunk_prompts
+        #: sequences admitted to prefill, in admission order (entries that have left the
+        #: prefill state are dropped lazily), so a step need not scan every running sequence
+        self.prefilling: dict[Seq, None] = {}
+
+    def start_prefill(self, seq: Seq, blocks: int, tokens: int,
+                      chunks: list[tuple[Seq, int]], args: list[tuple[int, int]]) -> None:
+        """Admit ``seq`` (see :meth:`Scheduler.start_prefill`) and remember it as prefilling."""
+        super().start_prefill(seq, blocks, tokens, chunks, args)
+        self.prefilling.pop(seq, None)  # a readmitted sequence goes to the back
+        self.prefilling[seq] = None
 
     def _fit(self, seq: Seq, n: int) -> int:
         """Allocate blocks for up to ``n`` more tokens of ``seq``; returns the tokens that fit."""
@@ -55,16 +65,20 @@ class ChunkedPrefillScheduler(Scheduler):
         budget = self.budget - (len(inst.decoding) if decode else 0)
         chunks: list[tuple[Seq, int]] = []
         args: list[tuple[int, int]] = []
-        for seq in inst.admitted:
+        gone: list[Seq] = []
+        for seq in self.prefilling:
+            if seq.state != PREFILL or seq.inst is not inst or seq not in inst.admitted:
+                gone.append(seq)
+                continue
             if budget <= 0:
                 break
-            if seq.state != PREFILL:
-                continue
             n = self._fit(seq, min(seq.pf_total - seq.pf_done, budget))
             if n > 0:
                 chunks.append((seq, n))
                 args.append((n, seq.pf_done))
                 budget -= n
+        for seq in gone:
+            del self.prefilling[seq]
         waiting = inst.waiting
         while budget > 0 and waiting and len(inst.admitted) < inst.max_num_seqs:
             seq = waiting[0]
