@@ -4,6 +4,7 @@ monotonicity, speed, the batching loop, and `codesign validate` on inference row
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 from itertools import pairwise
@@ -29,7 +30,10 @@ from codesign.workload.params import param_counts
 
 DATA = Path(__file__).parent / "data"
 SMALL = DATA / "inference_small.csv"
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "validation" / "inference_cases.csv"
+#: the shared measurements sit beside the checkout (``../shared``); CODESIGN_SHARED_DIR names
+#: another place (e.g. from a git worktree)
+SHARED = Path(os.environ.get("CODESIGN_SHARED_DIR", Path(__file__).resolve().parents[2]
+                             / "shared")) / "validation" / "inference_cases.csv"
 
 
 def _h100_cost(model: str, **plan: Any) -> StepCostModel:
@@ -289,42 +293,125 @@ def test_infeasible_plans_and_bad_specs() -> None:
     assert a100.workload.gemm_dtype == "bf16"
 
 
-# --- in-flight batching loop ---------------------------------------------------------------
+# --- the serving simulator behind inference validation ---------------------------------------
 
 
-class _UnitSteps:
-    """Every step takes 1 s (a hand-computable queue)."""
+def _serving(scheduler: dict[str, Any], num_requests: int, prompt: int, out: int,
+             kv_tokens: int) -> dict[str, Any]:
+    """Metrics of a burst of identical requests on one replica with fixed step costs: 0.1 s
+    per prefill token, 1 s per step that decodes."""
+    from codesign.serving.sim import simulate_serving
+    from codesign.specs.serving import ServingSpec
 
-    def __init__(self, kv_capacity_tokens: int) -> None:
-        self.kv_capacity_tokens = kv_capacity_tokens
-
-    def shape_time_s(self, shape: StepShape) -> float:
-        return 1.0
-
-
-def test_inflight_batching_hand_computed_queue() -> None:
-    from codesign.validation.inference_cases import inflight_batching
-
-    # 4 requests, 2 at a time; each: prefill step (first token) + 2 decode steps
-    res = inflight_batching(_UnitSteps(10**6), 10, 3, 4, max_batch_size=2,  # type: ignore[arg-type]
-                            max_num_tokens=100, block_tokens=1)
-    assert res.iterations == 6 and res.total_s == 6.0
-    assert res.output_tokens_per_s == pytest.approx(4 * 3 / 6.0)
-    # a KV budget of one request's blocks serializes them: 4 × 3 iterations
-    one = inflight_batching(_UnitSteps(13), 10, 3, 4, max_batch_size=2,  # type: ignore[arg-type]
-                            max_num_tokens=100, block_tokens=1)
-    assert one.iterations == 12 and one.max_active == 1
+    spec = ServingSpec.parse({
+        "engines": [{"name": "e", "device": "h100", "count": 1, "scheduler": scheduler,
+                     "models": [{"model": "m", "step_cost": {
+                         "kind": "fixed", "prefill_s_per_token": 0.1, "decode_step_s": 1.0,
+                         "kv_capacity_tokens": kv_tokens}}]}],
+        "clients": [{"name": "c", "model": "m", "arrival": {"process": "burst"},
+                     "num_requests": num_requests,
+                     "input_tokens": {"dist": "fixed", "value": prompt},
+                     "output_tokens": {"dist": "fixed", "value": out}}]})
+    return simulate_serving(spec).metrics()
 
 
-def test_inflight_batching_respects_the_kv_budget_and_token_budget() -> None:
-    from codesign.validation.inference_cases import inflight_batching
+def test_guaranteed_no_evict_admits_whole_requests_and_never_preempts() -> None:
+    """4 requests of 10 prompt + 6 output tokens, a pool of 32 one-token blocks. No-evict
+    admits 2 (2 × 16 = 32): a 20-token prefill step (2 s) then 5 decode steps (5 s), twice:
+    14 s for 24 tokens. Admitting by prompt blocks (vLLM) takes 3 (30 blocks), and decode
+    runs out of blocks: it preempts."""
+    base = {"name": "chunked_prefill", "token_budget": 100, "block_size_tokens": 1,
+            "watermark_fraction": 0.0}
+    m = _serving({**base, "capacity_policy": "guaranteed_no_evict"}, 4, 10, 6, 32)
+    assert m["replicas"][0]["preemptions"] == 0
+    assert m["throughput"]["window_s"] == pytest.approx(14.0)
+    assert m["throughput"]["output_tokens_per_s"] == pytest.approx(24 / 14.0)
+    assert m["latency_s"]["ttft"]["max"] == pytest.approx(9.0)  # second batch: 7 + 2 s
+    greedy = _serving(base, 4, 10, 6, 32)
+    assert greedy["replicas"][0]["preemptions"] > 0
 
-    sc = _h100_cost("llama3-8b", weight_dtype="fp8", kv_dtype="fp8")
-    sc.kv_capacity_tokens = 10 * 1024  # room for exactly 5 requests of 2048 tokens
-    res = inflight_batching(sc, 1024, 1024, 12, max_batch_size=64, max_num_tokens=4096)
-    assert res.max_active == 5
-    # output rate = all output tokens over the whole run
-    assert res.output_tokens_per_s == pytest.approx(12 * 1024 / res.total_s)
+
+def test_unchunked_prompts_wait_for_room() -> None:
+    """chunk_prompts false: 3 prompts of 6 tokens under a budget of 10 run one per step
+    until decodes finish (no 4-token chunk of the second); with chunking they are split."""
+    base = {"name": "chunked_prefill", "token_budget": 10, "block_size_tokens": 1,
+            "watermark_fraction": 0.0}
+    whole = _serving({**base, "chunk_prompts": False}, 3, 6, 1, 1000)
+    # out = 1: a request ends with its prefill; steps 0.6 s each, one prompt per step
+    assert whole["throughput"]["window_s"] == pytest.approx(1.8)
+    assert whole["replicas"][0]["steps"] == 3
+    chunked = _serving(base, 3, 6, 1, 1000)
+    assert chunked["replicas"][0]["steps"] == 2  # 6 + 4, then 2 + 6
+
+
+def test_burst_arrival_puts_every_request_at_the_start() -> None:
+    from codesign.serving.arrivals import arrival_times
+    from codesign.specs.serving import BurstArrival, ClientSpec
+
+    times = arrival_times(BurstArrival(), np.random.default_rng(0), 5)
+    assert times.tolist() == [0.0] * 5
+    with pytest.raises(SpecError, match="burst arrival needs num_requests"):
+        ClientSpec.parse({"name": "c", "model": "m", "arrival": {"process": "burst"},
+                          "duration_s": 1.0, "input_tokens": {"dist": "fixed", "value": 1},
+                          "output_tokens": {"dist": "fixed", "value": 1}})
+
+
+def test_validation_runs_the_shipped_schedulers(monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """`codesign validate` on inference rows steps the serving simulator's schedulers:
+    static for static batches and time to first token, chunked_prefill for in-flight
+    batching."""
+    from codesign.serving import schedulers
+
+    calls: dict[str, int] = {}
+    for name in ("static", "chunked_prefill"):
+        cls = schedulers.SCHEDULERS[name]
+
+        def schedule(self: Any, _orig: Any = cls.schedule, _name: str = name) -> Any:
+            calls[_name] = calls.get(_name, 0) + 1
+            return _orig(self)
+
+        monkeypatch.setitem(schedulers.SCHEDULERS, name,
+                            type(f"Spy{cls.__name__}", (cls,), {"schedule": schedule}))
+    assert main(["validate", str(SMALL), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    # S001: one prefill step, 15 decode steps, then an idle call; S002: one step, idle
+    assert calls["static"] >= 16 + 1 + 1 + 1
+    assert calls["chunked_prefill"] > 50  # S003: 100 requests of 50 output tokens
+    assert {c["case_id"] for c in out["cases"] if c["status"] == "ok"} == {"S001", "S002",
+                                                                           "S003"}
+
+
+def test_ideal_gpu_static_batch_throughput_is_the_hand_computed_schedule() -> None:
+    """A static batch of 2 × (8 prompt, 4 output) tokens on an ideal GPU whose compute is
+    effectively infinite: every step lasts its bytes / 1 TB/s. Throughput = 8 tokens / (one
+    prefill step + 3 decode steps at contexts 8, 9, 10), and a decode step reads the weights
+    and the KV cache once."""
+    from codesign.validation.inference_cases import InferenceCase
+    from codesign.validation.inference_serving import predict
+
+    gpu = ideal_gpu(peak_tflops={"bf16": 1e9})
+    m = tiny_model(num_layers=2, hidden_size=512, num_heads=8, ffn_hidden_size=2048,
+                   vocab_size=1000, mlp="plain")
+    plan = InferencePlan()
+    case = InferenceCase(case_id="X1", source="hand", framework="trtllm-0.9", mode="static",
+                         model=m, gpu=gpu, topology=fast_network(), plan=plan, input_len=8,
+                         output_len=4, metric="tokens_per_s", value=1.0, batch_size=2)
+    pred, notes = predict(case)
+    w = InferenceWorkload(m, plan)
+
+    def step_s(shape: StepShape) -> float:
+        (ops,) = w.step_ops(shape)
+        return sum(o.bytes for o in ops) / 1e12
+
+    prefill = step_s(StepShape.of([(8, 0), (8, 0)], []))
+    decode = [step_s(StepShape.of([], [8 + i, 8 + i])) for i in range(3)]
+    assert pred == pytest.approx(2 * 4 / (prefill + sum(decode)), rel=1e-9)
+    h, f, layers = 512, 2048, 2
+    weights = (layers * (4 * h * h + 2 * h * f) + 1000 * h) * 2.0
+    kv = 2 * layers * (8 + 1) * 2 * h * 2.0  # two requests, context 8 plus the new token
+    assert decode[0] == pytest.approx((weights + kv) / 1e12, rel=0.02)
+    assert any("static scheduler" in n for n in notes)
 
 
 # --- codesign validate on inference rows ---------------------------------------------------
@@ -376,7 +463,7 @@ def test_validate_inference_table(capsys: pytest.CaptureFixture[str]) -> None:
 def test_trtllm_bench_heuristic_matches_its_formula() -> None:
     """Llama-3.1-8B FP8 on one H100 at 128/128: the KV fits ~4.4k requests, capped at 4096;
     tokens 4096 × (1 + 1) = 8192."""
-    from codesign.validation.inference_cases import trtllm_bench_settings
+    from codesign.validation.inference_serving import trtllm_bench_settings
 
     plan = InferencePlan(weight_dtype="fp8", kv_dtype="fp8")
     assert trtllm_bench_settings(load_model("llama3-8b"), plan, load_gpu("h100"), 128,
@@ -394,3 +481,39 @@ def test_shared_inference_cases_median_error(capsys: pytest.CaptureFixture[str])
     assert all(c["status"] == "ok" for c in out["cases"]), [
         (c["case_id"], c["reason"]) for c in out["cases"] if c["status"] != "ok"]
     assert out["summary"]["median_abs_error_pct"] <= 10.0
+
+
+#: rows docs/validation.md lists as still off (its "Still off" paragraph), with the bound it
+#: states for them; every other row is within OTHER_ROWS_BOUND_PCT of its published value
+DOCUMENTED_OUTLIERS = {"I010", "I015", "I016", "I030", "I031"}
+OUTLIER_BOUND_PCT = 75.0
+OTHER_ROWS_BOUND_PCT = 15.0
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="shared validation data not present")
+def test_shared_inference_rows_against_published_values_and_hand_schedules(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Per row: the error against the published value is within the documented bound, and a
+    static batch or time to first token equals its schedule worked out by hand from the
+    step-cost model (one prefill step over the batch, then output − 1 decode steps)."""
+    from codesign.validation.inference_cases import iter_cases
+
+    assert main(["validate", str(SHARED), "--format", "json"]) == 0
+    out = {c["case_id"]: c for c in json.loads(capsys.readouterr().out)["cases"]}
+    for cid, c in out.items():
+        bound = OUTLIER_BOUND_PCT if cid in DOCUMENTED_OUTLIERS else OTHER_ROWS_BOUND_PCT
+        assert abs(c["predicted"] - c["measured"]) <= bound / 100 * c["measured"], c
+    for _, case in iter_cases(SHARED):
+        assert not isinstance(case, str)
+        if case.mode == "ifb":
+            continue
+        sc = StepCostModel.build(case.model, case.gpu, case.topology, case.plan,
+                                 custom_allreduce=case.custom_allreduce)
+        b, isl, osl = case.batch_size, case.input_len, case.output_len
+        prefill = sc.step_time_s([(isl, 0)] * b, [])
+        if case.mode == "ttft":
+            assert out[case.case_id]["predicted"] == pytest.approx(1e3 * prefill, rel=1e-9)
+            continue
+        decode = sum(sc.step_time_s([], [isl + i] * b) for i in range(osl - 1))
+        want = b * osl / (prefill + decode) / case.plan.num_gpus
+        assert out[case.case_id]["predicted"] == pytest.approx(want, rel=1e-9), case.case_id

@@ -17,8 +17,8 @@ import yaml
 from codesign.cli import main
 from codesign.errors import SpecError
 from codesign.serving.arrivals import arrival_times, client_generators, sample_lengths
-from codesign.serving.engine import blocks_for
 from codesign.serving.metrics import summarize
+from codesign.serving.replica import blocks_for
 from codesign.serving.sim import ServingResult, simulate_serving, with_overrides
 from codesign.serving.stages import choose_route, effective_hit_fraction, search_time_s
 from codesign.serving.tiers import FairShareChannel
@@ -588,7 +588,7 @@ def test_aggregate_pricer_matches_step_cost_model() -> None:
 def test_kv_blocks_match_a_recount_every_step(scheduler: dict[str, Any],
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The O(1) block bookkeeping equals counting every sequence's blocks after each step."""
-    from codesign.serving import engine as eng_mod
+    from codesign.serving import replica as eng_mod
 
     checked = [0]
     orig = eng_mod.Instance.complete

@@ -152,8 +152,9 @@ def test_point_applies_overrides_then_variant_then_axes() -> None:
     ({"engines.llm.scheduler.token_budget": [512]},
      "'engines.llm.scheduler' of inline serving system has no field 'token_budget'; allowed: "
      "block_size_tokens, kv_capacity_tokens, max_num_seqs, name, max_num_batched_tokens, "
-     "watermark_fraction ('token_budget' is a field when name is 'chunked_prefill': set "
-     "'engines.llm.scheduler.name' with it, in a variant or a zip block)"),
+     "watermark_fraction, capacity_policy ('token_budget' is a field when name is "
+     "'chunked_prefill': set 'engines.llm.scheduler.name' with it, in a variant or a zip "
+     "block)"),
     ({"horizon_s.x": [1]}, "'horizon_s' is not set (null) in inline serving system, so it "
                            "has no field 'x'"),
     ({"variant": ["fast"]}, "sweep[0].axes.variant: unknown variant 'fast'; allowed: (none "

@@ -17,6 +17,7 @@ from codesign.errors import SpecError
 from codesign.serving.traces import Trace, load_trace
 from codesign.specs.serving import (
     ArrivalSpec,
+    BurstArrival,
     ConstantArrival,
     FixedLength,
     GammaArrival,
@@ -33,6 +34,8 @@ _CHUNK = 4096
 
 def _gaps(spec: ArrivalSpec, n: int, rng: np.random.Generator) -> np.ndarray:
     """``n`` inter-arrival gaps, seconds."""
+    if isinstance(spec, BurstArrival):
+        return np.zeros(n)
     if isinstance(spec, ConstantArrival):
         return np.full(n, 1.0 / spec.rate_rps)
     if isinstance(spec, PoissonArrival):

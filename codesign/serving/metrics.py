@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from codesign.serving.sim import RequestRecord, ServingResult
+    from codesign.serving.records import RequestRecord
+    from codesign.serving.sim import ServingResult
 
 PERCENTILES = (50, 90, 99)
 SERIES_BINS = 100

@@ -3,7 +3,7 @@
 Each runner is a SimPy process body (a generator) working on one request; the pure parts
 (route choice, search time, effective hit fraction) are plain functions so they can be
 checked by hand. Reasoning is not a stage of its own here: it shapes the generate calls
-(rounds, thinking tokens), see :func:`codesign.serving.sim.generate`.
+(rounds, thinking tokens), see :func:`codesign.serving.requests.generate`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
-from codesign.serving.engine import REJECTED, Seq
+from codesign.serving.replica import REJECTED, Seq
 from codesign.specs.serving import (
     KvRetrievalStageSpec,
     RagStageSpec,
@@ -20,7 +20,8 @@ from codesign.specs.serving import (
 )
 
 if TYPE_CHECKING:
-    from codesign.serving.sim import RequestRecord, System
+    from codesign.serving.records import RequestRecord
+    from codesign.serving.system import System
 
 
 def choose_route(stage: RouteStageSpec, input_tokens: int,

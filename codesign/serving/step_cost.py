@@ -40,22 +40,18 @@ from codesign.specs.gpu import GpuSpec
 from codesign.specs.inference import InferencePlan
 from codesign.specs.model import ModelSpec
 from codesign.specs.parallel import ParallelismSpec
+from codesign.specs.serving_engine import DEFAULT_KV_FRACTION, DEFAULT_MAX_NUM_TOKENS
 from codesign.specs.topology import FullFlatTopology, TwoTierTopology
 from codesign.units import GB, US
 from codesign.workload.inference import InferenceWorkload, StepShape, inference_problems
 
-__all__ = ["EXACT_TOKENS", "GRID_PER_OCTAVE", "InferencePlan", "StepCostModel", "StepShape"]
+__all__ = ["DEFAULT_KV_FRACTION", "DEFAULT_MAX_NUM_TOKENS", "EXACT_TOKENS", "GRID_PER_OCTAVE",
+           "InferencePlan", "StepCostModel", "StepShape"]
 
 #: token counts up to this are priced exactly (every decode batch of practical size)
 EXACT_TOKENS = 256
 #: cached grid points per doubling of the token count above ``EXACT_TOKENS``
 GRID_PER_OCTAVE = 32
-#: fraction of free HBM given to the KV cache when not stated (TensorRT-LLM
-#: ``kv_cache_free_gpu_mem_fraction`` default 0.9; vLLM's ``gpu_memory_utilization`` is 0.9)
-DEFAULT_KV_FRACTION = 0.9
-#: tokens per step the activation workspace is sized for (TensorRT-LLM ``max_num_tokens``
-#: default 8192)
-DEFAULT_MAX_NUM_TOKENS = 8192
 #: Kernel efficiencies in inference: the microbenchmark figures of the GPU catalog. The
 #: catalog's ``sustained_fraction`` is fitted to end-to-end *training* steps (hours at the
 #: power limit, plus every training-only loss the model leaves out) and is not applied;

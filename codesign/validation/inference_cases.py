@@ -1,27 +1,16 @@
 """Map rows of an inference-measurement CSV (the columns of ``shared/validation/
-inference_cases.csv``) to inference engines and predict what each row measured, in the row's
-own unit, from the step-cost model (:mod:`codesign.serving.step_cost`). Every assumption made
-for a row is listed with it.
+inference_cases.csv``) to inference cases: the engine (model, GPU, system, plan), the serving
+mode, the benchmark's settings and the measured value in the row's own unit. Every assumption
+made for a row is listed with it. :mod:`codesign.validation.inference_serving` turns a case
+into a serving spec and runs it through the serving simulator.
 
-Serving modes (column ``serving_mode``):
-
-* **offline static batch** — ``batch_size`` requests of ``input_len`` prompt tokens and
-  ``output_len`` output tokens: one prefill step over all prompts (it yields the first output
-  token), then ``output_len − 1`` decode steps over the whole batch (fixed output length, no
-  early exit). Throughput = ``batch × output_len / total time``, per GPU when the unit is
-  ``tok/s/GPU``.
-* **batch-1 latency**, time to first token — the prefill step of one ``input_len`` prompt.
-* **offline max-throughput, in-flight batching** — requests at an infinite rate through an
-  iteration-level continuous-batching loop (:func:`inflight_batching`), a stand-in for the
-  request-level simulator: all ``num_requests`` requests are queued at t = 0; a request is
-  admitted when fewer than ``max_batch_size`` are active and the KV cache can reserve its
-  whole ``input_len + output_len`` (in blocks; TensorRT-LLM's GUARANTEED_NO_EVICT capacity
-  policy); each iteration runs every decoding request plus, first come first served, the
-  prompts that fit in the remaining ``max_num_tokens`` budget (a prompt longer than the budget
-  is chunked: chunked prefill); a prompt's step yields its first token. Throughput = all output
-  tokens / the time until the last request finishes (TensorRT-LLM's "Total Output
-  Throughput"). The KV budget is the step-cost model's ``kv_capacity_tokens`` at the row's
-  ``kv_cache_free_gpu_mem_fraction``.
+Serving modes (column ``serving_mode``): **offline static batch** (``batch_size`` requests of
+``input_len`` prompt and ``output_len`` output tokens, fixed lengths, no early exit;
+throughput = ``batch × output_len / total time``, per GPU when the unit is ``tok/s/GPU``),
+**batch-1 latency** (time to first token of one prompt) and **offline max-throughput,
+in-flight batching** (``num_requests`` requests at an infinite rate; throughput = all output
+tokens / the time until the last request finishes, TensorRT-LLM's "Total Output
+Throughput").
 
 Framework defaults:
 
@@ -41,7 +30,8 @@ Framework defaults:
 * **TensorRT-LLM 1.0** (``docs/source/performance/perf-overview.md``, ``trtllm-bench
   throughput --backend pytorch``): in-flight batching with the GUARANTEED_NO_EVICT capacity
   scheduler and ``max_batch_size`` / ``max_num_tokens`` from trtllm-bench's tuning heuristic
-  (:func:`trtllm_bench_settings`, ``tensorrt_llm/bench/build/tuning.py``), FP8 KV cache with
+  (:func:`~codesign.validation.inference_serving.trtllm_bench_settings`,
+  ``tensorrt_llm/bench/build/tuning.py``), FP8 KV cache with
   FP8 weights (``bench/build/build.py``: "If the quantization is NVFP4 or FP8, force the KV
   cache dtype to FP8"), XQA for GQA decode, KV blocks of 32 tokens, ``num_requests`` per
   ISL/OSL from the document's dataset table (:data:`TRTLLM_BENCH_NUM_REQUESTS`). The overlap
@@ -54,25 +44,20 @@ one node.
 from __future__ import annotations
 
 import csv
-import math
 import re
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from codesign.errors import InfeasiblePlan, SpecError
-from codesign.serving.step_cost import DEFAULT_MAX_NUM_TOKENS, StepCostModel, StepShape
+from codesign.errors import SpecError
 from codesign.specs.catalog import load_gpu, load_model, load_topology
 from codesign.specs.gpu import GpuSpec
 from codesign.specs.inference import InferencePlan
 from codesign.specs.model import ModelSpec, MoESpec
 from codesign.specs.topology import FullFlatTopology, TwoTierTopology
-from codesign.units import GiB
 from codesign.validation.csvrows import float_cell, int_cell
 from codesign.validation.csvrows import read_rows as _read_rows
 from codesign.validation.training_cases import Unsupported
-from codesign.workload.params import param_counts
 
 #: a CSV with this column holds inference rows
 INFERENCE_MARKER = "serving_mode"
@@ -87,10 +72,6 @@ TRTLLM_BENCH_NUM_REQUESTS: dict[tuple[int, int], int] = {
     (500, 2000): 3000, (20000, 2000): 1000}
 #: requests when the table has no entry for the row's lengths
 DEFAULT_NUM_REQUESTS = 1000
-#: tokens per KV-cache block (TensorRT-LLM KvCacheConfig.tokens_per_block default)
-KV_BLOCK_TOKENS = 32
-#: trtllm-bench's ``kv_cache_gpu_mem_fraction`` default in its tuning heuristic
-TRTLLM_BENCH_KV_FRACTION = 0.95
 
 
 @dataclass(frozen=True)
@@ -320,8 +301,7 @@ def map_row(row: dict[str, str]) -> InferenceCase:
         kv_fraction = _kv_fraction(row, fw, notes)
         n_req = TRTLLM_BENCH_NUM_REQUESTS.get((isl, osl), DEFAULT_NUM_REQUESTS)
         src = "trtllm-bench table" if (isl, osl) in TRTLLM_BENCH_NUM_REQUESTS else "default"
-        notes.append(f"in-flight batching: {n_req} requests at t = 0 ({src}), "
-                     f"GUARANTEED_NO_EVICT admission, KV blocks of {KV_BLOCK_TOKENS} tokens")
+        notes.append(f"in-flight batching: {n_req} requests at t = 0 ({src})")
     return InferenceCase(
         case_id=row["case_id"], source=row.get("source", ""), framework=fw, mode=mode,
         model=model, gpu=gpu, topology=topo, plan=plan, input_len=isl, output_len=osl,
@@ -338,172 +318,12 @@ def iter_cases(path: Path) -> Iterator[tuple[dict[str, str], InferenceCase | str
             yield row, str(exc)
 
 
-# --- serving modes ---------------------------------------------------------------------------
-
-
-def static_batch_s(sc: StepCostModel, batch: int, input_len: int,
-                   output_len: int) -> tuple[float, float]:
-    """(prefill seconds, decode seconds) of a static batch (see module docstring)."""
-    prefill = sc.shape_time_s(StepShape.prefill_batch(batch, input_len))
-    decode = sum(sc.shape_time_s(StepShape.decode_batch(batch, input_len + i))
-                 for i in range(output_len - 1))
-    return prefill, decode
-
-
-def ttft_s(sc: StepCostModel, input_len: int, batch: int = 1) -> float:
-    """Seconds of the prefill step of ``batch`` prompts of ``input_len`` tokens."""
-    return sc.shape_time_s(StepShape.prefill_batch(batch, input_len))
-
-
-def trtllm_bench_settings(model: ModelSpec, plan: InferencePlan, gpu: GpuSpec, input_len: int,
-                          output_len: int,
-                          kv_fraction: float = TRTLLM_BENCH_KV_FRACTION) -> tuple[int, int]:
-    """(max_batch_size, max_num_tokens) as trtllm-bench chooses them (``tensorrt_llm/bench/
-    build/tuning.py``: ``calc_engine_setting`` and ``finetune_setting``): the requests whose
-    whole ``input + output`` KV fits in ``fraction × (GPU memory − weights)``, capped at 4096
-    and rounded up; tokens ``batch × (1 + input/output)`` capped at 32768, rounded up, at least
-    2048."""
-    bpe = {"fp8": 1.0, "fp4": 0.5}.get(plan.weight_dtype, 2.0)
-    kv_bpe = {"fp8": 1.0, "fp4": 0.5}.get(plan.kv_dtype, 2.0)
-    kv_heads = max(plan.tp, model.kv_heads)
-    per_token = 2 * model.num_layers * kv_heads * model.dim_per_head * kv_bpe / GiB
-    engine = param_counts(model).total * bpe / GiB
-    available = gpu.memory_bytes / GiB * plan.tp * plan.pp - engine
-    requests = available * kv_fraction / (per_token * (input_len + output_len))
-    raw_bs = min(requests, 4096) / plan.pp
-    raw_tokens = min(raw_bs * (1 + input_len / output_len), 32768)
-    max_bs = max(64, _round_up(raw_bs, ((256, 32), (1024, 128), (math.inf, 256))))
-    max_tokens = max(2048, _round_up(raw_tokens, ((4096, 256), (8192, 512), (math.inf, 1024))))
-    return max_bs, max_tokens
-
-
-def _round_up(x: float, tiers: tuple[tuple[float, int], ...]) -> int:
-    """``x`` rounded up to the step of the first tier whose bound exceeds it."""
-    step = next(s for bound, s in tiers if x < bound)
-    return step * math.ceil(x / step)
-
-
-@dataclass(frozen=True)
-class BatchingResult:
-    """Outcome of :func:`inflight_batching`."""
-
-    output_tokens_per_s: float
-    total_s: float
-    iterations: int
-    mean_decode_batch: float
-    max_active: int
-
-
-def inflight_batching(sc: StepCostModel, input_len: int, output_len: int, num_requests: int,
-                      max_batch_size: int, max_num_tokens: int,
-                      block_tokens: int = KV_BLOCK_TOKENS) -> BatchingResult:
-    """Iteration-level continuous batching of identical requests queued at t = 0 (see the
-    module docstring); KV budget ``sc.kv_capacity_tokens``. Decoding requests advance in
-    cohorts (requests that entered decode in the same iteration)."""
-    per_req = math.ceil((input_len + output_len) / block_tokens) * block_tokens
-    if per_req > sc.kv_capacity_tokens:
-        raise InfeasiblePlan(f"one request needs {per_req} KV tokens > capacity "
-                             f"{sc.kv_capacity_tokens}")
-    waiting = num_requests
-    prefilling: deque[int] = deque()  # prompt tokens already processed, per admitted request
-    cohorts: deque[tuple[int, int]] = deque()  # (iteration the cohort's first decode ran, n)
-    n_dec = 0
-    ctx_sum = 0.0  # Σ cached tokens over decoding requests
-    kv_used = 0
-    t = 0.0
-    it = 0
-    dec_total = 0
-    max_active = 0
-    while waiting or prefilling or n_dec:
-        while (waiting and n_dec + len(prefilling) < max_batch_size
-               and kv_used + per_req <= sc.kv_capacity_tokens):
-            waiting -= 1
-            kv_used += per_req
-            prefilling.append(0)
-        max_active = max(max_active, n_dec + len(prefilling))
-        budget = max_num_tokens - n_dec
-        chunks: list[tuple[int, int]] = []
-        for done in prefilling:
-            if budget <= 0:
-                break
-            rest = input_len - done
-            if rest > budget and input_len <= max_num_tokens:
-                break  # waits for an iteration with room for the whole prompt (FCFS)
-            n = min(rest, budget)
-            chunks.append((n, done))
-            budget -= n
-        t += sc.shape_time_s(StepShape.mixed(chunks, n_dec, ctx_sum))
-        dec_total += n_dec
-        # decoding requests each emitted a token and cached one more
-        ctx_sum += n_dec
-        while cohorts and it - cohorts[0][0] + 1 >= output_len - 1:
-            _, n = cohorts.popleft()
-            n_dec -= n
-            ctx_sum -= n * (input_len + output_len - 1)
-            kv_used -= n * per_req
-        # prompts that finished their prefill emitted their first token
-        finished = 0
-        for i, (n, done) in enumerate(chunks):
-            prefilling[i] = done + n
-            if done + n >= input_len:
-                finished += 1
-        for _ in range(finished):
-            prefilling.popleft()
-        if finished:
-            if output_len > 1:
-                cohorts.append((it + 1, finished))
-                n_dec += finished
-                ctx_sum += finished * input_len
-            else:
-                kv_used -= finished * per_req
-        it += 1
-    total_tokens = num_requests * output_len
-    return BatchingResult(output_tokens_per_s=total_tokens / t, total_s=t, iterations=it,
-                          mean_decode_batch=dec_total / it, max_active=max_active)
-
-
-def build_engine(case: InferenceCase, max_num_tokens: int | None = None) -> StepCostModel:
-    """The step-cost model of the case's engine (raises :class:`InfeasiblePlan`)."""
-    return StepCostModel.build(case.model, case.gpu, case.topology, case.plan,
-                               kv_fraction=case.kv_fraction,
-                               max_num_tokens=max_num_tokens or DEFAULT_MAX_NUM_TOKENS,
-                               custom_allreduce=case.custom_allreduce)
-
-
-def predict(case: InferenceCase) -> tuple[float, list[str]]:
-    """The simulator's value of the case's metric (in the row's unit) and notes on how it
-    was obtained. Raises :class:`InfeasiblePlan` for a plan that does not fit."""
-    notes: list[str] = []
-    isl, osl = case.input_len, case.output_len
-    if case.mode == "ifb":
-        max_bs, max_tokens = trtllm_bench_settings(case.model, case.plan, case.gpu, isl, osl)
-        notes.append(f"trtllm-bench heuristic: max_batch_size {max_bs}, max_num_tokens "
-                     f"{max_tokens}")
-        sc = build_engine(case, max_num_tokens=max_tokens)
-        res = inflight_batching(sc, isl, osl, case.num_requests, max_bs, max_tokens)
-        notes.append(f"KV budget {sc.kv_capacity_tokens} tokens; at most {res.max_active} "
-                     f"requests active, mean decode batch {res.mean_decode_batch:.0f}, "
-                     f"{res.iterations} iterations")
-        total = res.output_tokens_per_s
-        value = total / case.plan.num_gpus if case.metric == "tokens_per_s_gpu" else total
-        return value, notes
-    sc = build_engine(case)
-    if case.mode == "ttft":
-        t = ttft_s(sc, isl, case.batch_size)
-        return (t * 1e3 if case.metric == "ttft_ms" else t), notes
-    need = case.batch_size * (isl + osl)
-    if need > sc.kv_capacity_tokens / case.kv_fraction:
-        raise InfeasiblePlan(f"static batch needs {need} KV tokens > {sc.kv_capacity_tokens} "
-                             "that fit next to the weights")
-    prefill, decode = static_batch_s(sc, case.batch_size, isl, osl)
-    notes.append(f"prefill {prefill:.3g} s, decode {decode:.3g} s")
-    total = case.batch_size * osl / (prefill + decode)
-    if case.metric == "tokens_per_s_gpu":
-        return total / case.plan.num_gpus, notes
-    if case.metric == "tokens_per_s":
-        return total, notes
-    raise Unsupported(f"metric {case.metric} does not fit a static batch")
-
-
-__all__ = ["InferenceCase", "inflight_batching", "is_inference_csv", "iter_cases",
-           "map_row", "predict", "static_batch_s", "trtllm_bench_settings", "ttft_s"]
+__all__ = [
+    "DEFAULT_NUM_REQUESTS",
+    "TRTLLM_BENCH_NUM_REQUESTS",
+    "InferenceCase",
+    "is_inference_csv",
+    "iter_cases",
+    "map_row",
+    "read_rows",
+]

@@ -15,6 +15,7 @@ from codesign.report.training import TrainingReport
 from codesign.specs.run import TrainingRun
 from codesign.units import TFLOPS
 from codesign.validation import inference_cases as inf
+from codesign.validation.inference_serving import predict as predict_inference
 from codesign.validation.training_cases import MappedCase, Measurement, Unsupported, iter_cases
 
 
@@ -131,10 +132,11 @@ def summarize(results: Iterable[CaseResult]) -> dict[str, Any]:
 
 
 def run_inference_case(case: inf.InferenceCase) -> CaseResult:
-    """Predict one inference case (see :mod:`codesign.validation.inference_cases`)."""
+    """Predict one inference case with the serving simulator (see
+    :mod:`codesign.validation.inference_serving`)."""
     src = short_source(case.source)
     try:
-        pred, notes = inf.predict(case)
+        pred, notes = predict_inference(case)
     except InfeasiblePlan as exc:
         return CaseResult(case.case_id, src, case.metric, case.value, None, None, "infeasible",
                           reason=str(exc), assumptions=list(case.assumptions))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from codesign.serving.engine import Instance
+from codesign.serving.replica import Instance
 from codesign.serving.schedulers.base import Scheduler
 from codesign.serving.schedulers.chunked_prefill import ChunkedPrefillScheduler
 from codesign.serving.schedulers.continuous import ContinuousScheduler

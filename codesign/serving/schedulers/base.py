@@ -1,10 +1,10 @@
 """What every batching scheduler provides, and the admission helpers they share.
 
-A scheduler owns the policy of one replica (:class:`~codesign.serving.engine.Instance`):
+A scheduler owns the policy of one replica (:class:`~codesign.serving.replica.Instance`):
 which waiting sequences to admit, how many prefill tokens each step carries, whether running
 sequences decode, and whom to preempt. The replica owns the mechanism: the queue, the KV-block
 pool, decode bookkeeping and the step loop. ``schedule`` is called whenever the replica is
-free and returns a :class:`~codesign.serving.engine.StepPlan`, or ``None`` to sleep until a
+free and returns a :class:`~codesign.serving.replica.StepPlan`, or ``None`` to sleep until a
 sequence arrives (or :meth:`Scheduler.idle_wait_s` passes).
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
-from codesign.serving.engine import RECEIVING, Instance, Seq, StepPlan, blocks_for
+from codesign.serving.replica import RECEIVING, Instance, Seq, StepPlan, blocks_for
 
 
 class Scheduler(ABC):
@@ -28,6 +28,14 @@ class Scheduler(ABC):
         frac = float(getattr(settings, "watermark_fraction", 0.0))
         self.watermark = int(frac * inst.total_blocks)
         inst.max_seq_blocks = inst.total_blocks - self.watermark
+        #: guaranteed_no_evict: blocks promised to each admitted sequence (its whole prompt
+        #: and output) and their sum; admission keeps the sum within the pool, so the blocks
+        #: a sequence takes as it grows are always free and decode never preempts
+        self.no_evict = getattr(settings, "capacity_policy", "") == "guaranteed_no_evict"
+        self.promised: dict[Seq, int] = {}
+        self.committed = 0
+        if self.no_evict:
+            inst.on_finish = self.forget
 
     @abstractmethod
     def schedule(self) -> StepPlan | None:
@@ -46,15 +54,36 @@ class Scheduler(ABC):
 
     # --- shared helpers ------------------------------------------------------------------
 
+    def room_for(self, seq: Seq) -> bool:
+        """Under guaranteed_no_evict, whether the whole of ``seq`` (prompt and remaining
+        output) fits beside the blocks promised to the admitted sequences (else: True)."""
+        if not self.no_evict:
+            return True
+        inst = self.inst
+        need = blocks_for(seq.pf_total + max(seq.out - seq.gen, 1), inst.B)
+        return self.committed + need <= inst.total_blocks - self.watermark
+
+    def promise(self, seq: Seq) -> None:
+        """Record the blocks promised to ``seq`` as it is admitted (guaranteed_no_evict)."""
+        if self.no_evict:
+            need = blocks_for(seq.pf_total + max(seq.out - seq.gen, 1), self.inst.B)
+            self.committed += need - self.promised.get(seq, 0)
+            self.promised[seq] = need
+
+    def forget(self, seq: Seq) -> None:
+        """``seq`` finished: its promised blocks are free for admission again."""
+        self.committed -= self.promised.pop(seq, 0)
+
     def admit_remote(self, seq: Seq) -> bool:
         """Admit a handed-off sequence (KV arriving from a prefill engine): reserve its
         blocks and start the transfer. ``False`` when the blocks are not free."""
         inst = self.inst
         need = blocks_for(seq.pf_total, inst.B)
-        if inst.free_blocks - need < self.watermark:
+        if inst.free_blocks - need < self.watermark or not self.room_for(seq):
             return False
         inst.waiting.popleft()
         inst.admit(seq, RECEIVING)
+        self.promise(seq)
         inst.alloc(need)
         seq.blocks = need
         if inst.receiver is None:
@@ -69,6 +98,7 @@ class Scheduler(ABC):
         KV blocks, and add a prefill chunk of ``tokens`` new tokens to the step."""
         self.inst.waiting.popleft()
         self.inst.admit(seq)
+        self.promise(seq)
         self.inst.alloc(blocks)
         seq.blocks = blocks
         chunks.append((seq, tokens))
@@ -93,7 +123,7 @@ class Scheduler(ABC):
             if chunks and tokens + n > max_tokens:
                 break
             need = blocks_for(seq.pf_total, inst.B)
-            if inst.free_blocks - need < self.watermark:
+            if inst.free_blocks - need < self.watermark or not self.room_for(seq):
                 break
             self.start_prefill(seq, need, n, chunks, args)
             tokens += n

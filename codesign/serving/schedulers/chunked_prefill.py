@@ -6,11 +6,16 @@ sequence (decode-maximal batching), then prefill chunks — continuing partially
 prompts in admission order, then admitting waiting ones — until the budget is used. KV blocks
 are allocated chunk by chunk; a decode step short of blocks preempts the latest admitted
 sequence (recompute), and prefills that stall with the pool full evict the latest prefill.
+With ``capacity_policy: guaranteed_no_evict`` (TensorRT-LLM's default) a request is admitted
+only while the blocks of its whole prompt and output fit beside those promised to the
+admitted requests, so decode never runs short and nothing is preempted. With
+``chunk_prompts: false`` only prompts longer than the budget are chunked; others wait for a
+step with room for the whole prompt.
 """
 
 from __future__ import annotations
 
-from codesign.serving.engine import PREFILL, Instance, Seq, StepPlan, blocks_for
+from codesign.serving.replica import PREFILL, Instance, Seq, StepPlan, blocks_for
 from codesign.serving.schedulers.base import Scheduler
 from codesign.specs.serving import ChunkedPrefillSchedulerSpec
 
@@ -23,6 +28,17 @@ class ChunkedPrefillScheduler(Scheduler):
     def __init__(self, inst: Instance, settings: ChunkedPrefillSchedulerSpec) -> None:
         super().__init__(inst, settings)
         self.budget = settings.token_budget
+        self.chunk_prompts = settings.chunk_prompts
+        #: sequences admitted to prefill, in admission order (entries that have left the
+        #: prefill state are dropped lazily), so a step need not scan every running sequence
+        self.prefilling: dict[Seq, None] = {}
+
+    def start_prefill(self, seq: Seq, blocks: int, tokens: int,
+                      chunks: list[tuple[Seq, int]], args: list[tuple[int, int]]) -> None:
+        """Admit ``seq`` (see :meth:`Scheduler.start_prefill`) and remember it as prefilling."""
+        super().start_prefill(seq, blocks, tokens, chunks, args)
+        self.prefilling.pop(seq, None)  # a readmitted sequence goes to the back
+        self.prefilling[seq] = None
 
     def _fit(self, seq: Seq, n: int) -> int:
         """Allocate blocks for up to ``n`` more tokens of ``seq``; returns the tokens that fit."""
@@ -49,16 +65,20 @@ class ChunkedPrefillScheduler(Scheduler):
         budget = self.budget - (len(inst.decoding) if decode else 0)
         chunks: list[tuple[Seq, int]] = []
         args: list[tuple[int, int]] = []
-        for seq in inst.admitted:
+        gone: list[Seq] = []
+        for seq in self.prefilling:
+            if seq.state != PREFILL or seq.inst is not inst or seq not in inst.admitted:
+                gone.append(seq)
+                continue
             if budget <= 0:
                 break
-            if seq.state != PREFILL:
-                continue
             n = self._fit(seq, min(seq.pf_total - seq.pf_done, budget))
             if n > 0:
                 chunks.append((seq, n))
                 args.append((n, seq.pf_done))
                 budget -= n
+        for seq in gone:
+            del self.prefilling[seq]
         waiting = inst.waiting
         while budget > 0 and waiting and len(inst.admitted) < inst.max_num_seqs:
             seq = waiting[0]
@@ -66,9 +86,12 @@ class ChunkedPrefillScheduler(Scheduler):
                 if not self.admit_remote(seq):
                     break
                 continue
-            n = min(seq.pf_total - seq.cached, budget)
+            rest = seq.pf_total - seq.cached
+            if rest > budget and not self.chunk_prompts and rest <= self.budget:
+                break  # waits for a step with room for the whole prompt
+            n = min(rest, budget)
             need = blocks_for(seq.cached + n, inst.B)
-            if inst.free_blocks - need < self.watermark:
+            if inst.free_blocks - need < self.watermark or not self.room_for(seq):
                 break
             self.start_prefill(seq, need, n, chunks, args)
             budget -= n

@@ -8,11 +8,14 @@ first-come first-served while whole prompts fit in free KV blocks beyond a water
 step that needs a block with none free preempts the most recently admitted sequence
 (recompute: its KV is dropped and its prompt plus generated tokens are prefilled again when it
 is readmitted). The pool is never exceeded.
+With ``capacity_policy: guaranteed_no_evict`` (TensorRT-LLM's default) a request is admitted
+only while the blocks of its whole prompt and output fit beside those promised to the
+admitted requests, so decode never runs short and nothing is preempted.
 """
 
 from __future__ import annotations
 
-from codesign.serving.engine import Instance, StepPlan
+from codesign.serving.replica import Instance, StepPlan
 from codesign.serving.schedulers.base import Scheduler
 from codesign.specs.serving import ContinuousSchedulerSpec
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from codesign.serving.engine import REJECTED, Instance, Seq, StepPlan
+from codesign.serving.replica import REJECTED, Instance, Seq, StepPlan
 from codesign.serving.schedulers.base import Scheduler
 from codesign.specs.serving import DisaggregatedSchedulerSpec
 

@@ -10,7 +10,7 @@ at the longest prompt and through the longest output, as padded tensors are.
 
 from __future__ import annotations
 
-from codesign.serving.engine import Instance, Seq, StepPlan, blocks_for
+from codesign.serving.replica import Instance, Seq, StepPlan, blocks_for
 from codesign.serving.schedulers.base import Scheduler
 from codesign.specs.serving import StaticSchedulerSpec
 

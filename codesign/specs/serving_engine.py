@@ -1,0 +1,231 @@
+"""Serving engine specs: the models an engine serves (plan, engine settings, optional fixed
+step costs), its batching scheduler, the KV link of a disaggregated engine, CPU pools and
+memory tiers. Part of :mod:`codesign.specs.serving`, which re-exports every name."""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from codesign.specs.base import Spec
+from codesign.specs.gpu import GpuSpec
+from codesign.specs.inference import InferencePlan
+from codesign.specs.model import ModelSpec
+from codesign.specs.topology import TopologySpec
+
+#: share of the HBM left after weights and activations given to the KV cache when not stated
+#: (TensorRT-LLM ``kv_cache_free_gpu_mem_fraction`` default 0.9; vLLM's
+#: ``gpu_memory_utilization`` is 0.9)
+DEFAULT_KV_FRACTION = 0.9
+#: tokens per step the activation workspace is sized for (TensorRT-LLM ``max_num_tokens``
+#: default 8192)
+DEFAULT_MAX_NUM_TOKENS = 8192
+
+def model_key(ref: str | ModelSpec) -> str:
+    """The name a model is matched by across engines, clients and routes (normalized)."""
+    return _normalized(ref if isinstance(ref, str) else ref.name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _normalized(name: str) -> str:
+    return re.sub(r"[\s_]+", "-", name.strip().lower())
+
+
+# --- inference plan and step cost override ------------------------------------------------
+
+
+class FixedStepCostSpec(Spec):
+    """Constant step costs instead of the analytical model (hand-computable what-ifs, tests).
+
+    A step with ``p`` new prefill tokens and ``d`` decoding sequences takes
+    ``prefill_s_per_token·p + (decode_step_s + decode_s_per_seq·d if d > 0 else 0)``.
+    """
+
+    kind: Literal["fixed"] = "fixed"
+    prefill_s_per_token: float = Field(ge=0, description="seconds per prefill token")
+    decode_step_s: float = Field(ge=0, description="seconds per step that decodes anything")
+    decode_s_per_seq: float = Field(default=0.0, ge=0, description="seconds per decoding seq")
+    kv_capacity_tokens: int = Field(ge=1, description="KV-cache capacity of one replica")
+    kv_bytes_per_token: float = Field(
+        default=0.0, ge=0, description="KV bytes of one token, whole model (all layers, GPUs)")
+
+
+class ModelEntrySpec(Spec):
+    """A model an engine serves, with its plan and number of replicas."""
+
+    model: str | ModelSpec = Field(description="catalog name, file path or inline model")
+    plan: InferencePlan = Field(default_factory=InferencePlan)
+    replicas: int | None = Field(
+        default=None, ge=1,
+        description="model replicas; None = the engine's devices / (tp·pp·ep) (one model only)")
+    step_cost: FixedStepCostSpec | None = Field(
+        default=None, description="fixed step costs instead of the analytical model")
+    kv_cache_fraction: float = Field(
+        default=DEFAULT_KV_FRACTION, gt=0, le=1,
+        description="share of the HBM left after weights and activations given to the KV "
+                    "cache (TensorRT-LLM kv_cache_free_gpu_mem_fraction, default 0.9)")
+    max_num_tokens: int = Field(
+        default=DEFAULT_MAX_NUM_TOKENS, ge=1,
+        description="tokens per step the activation workspace is sized for (TensorRT-LLM "
+                    "max_num_tokens, default 8192)")
+    custom_allreduce: bool = Field(
+        default=True, description="intra-node TP all-reduces may use custom NVLink kernels "
+                                  "(False: NCCL only)")
+
+    @property
+    def key(self) -> str:
+        """Normalized model name clients and routes refer to."""
+        return model_key(self.model)
+
+
+# --- schedulers -------------------------------------------------------------------------
+
+
+#: how a paged scheduler admits requests against the KV pool (TensorRT-LLM's
+#: ``CapacitySchedulerPolicy`` names)
+CapacityPolicy = Literal["max_utilization", "guaranteed_no_evict"]
+CAPACITY_POLICY_HELP = (
+    "max_utilization: admit while the prompt's KV blocks are free, preempt (recompute) when "
+    "decode runs out (vLLM); guaranteed_no_evict: admit only while the blocks of every "
+    "admitted request's whole prompt and output fit, so nothing is ever preempted "
+    "(TensorRT-LLM's default)")
+
+
+class _PagedSettings(Spec):
+    block_size_tokens: int = Field(default=16, ge=1, description="tokens per KV block")
+    kv_capacity_tokens: int | None = Field(
+        default=None, ge=1, description="KV tokens per replica; None = the step-cost model's")
+    max_num_seqs: int = Field(default=256, ge=1, description="sequences in flight per replica")
+
+
+class StaticSchedulerSpec(_PagedSettings):
+    """Static batching: a batch is formed when the replica is idle and runs until its longest
+    request finishes; prompts are padded to the longest one and KV is reserved up front."""
+
+    name: Literal["static"] = "static"
+    max_batch_size: int = Field(default=8, ge=1, description="sequences per batch")
+    batch_timeout_s: float = Field(
+        default=0.0, ge=0, description="wait this long for a fuller batch once one is waiting")
+    pad_to_longest: bool = Field(
+        default=True, description="prefill/decode every sequence to the batch's longest")
+
+
+class ContinuousSchedulerSpec(_PagedSettings):
+    """vLLM-style continuous batching: admission by free KV blocks, prefill-first steps,
+    preemption by recompute (latest admitted first) when decode needs a block."""
+
+    name: Literal["continuous"] = "continuous"
+    max_num_batched_tokens: int = Field(
+        default=8192, ge=1, description="prefill tokens per step")
+    watermark_fraction: float = Field(
+        default=0.01, ge=0, lt=1, description="blocks kept free at admission (vLLM default)")
+    capacity_policy: CapacityPolicy = Field(
+        default="max_utilization", description=CAPACITY_POLICY_HELP)
+
+
+class ChunkedPrefillSchedulerSpec(_PagedSettings):
+    """Sarathi-style chunked prefill: every step decodes all running sequences and fills the
+    rest of a token budget with prefill chunks."""
+
+    name: Literal["chunked_prefill"] = "chunked_prefill"
+    token_budget: int = Field(default=2048, ge=1, description="tokens per step (decode+prefill)")
+    chunk_prompts: bool = Field(
+        default=True,
+        description="False: a prompt that fits the budget is scheduled whole (it waits for a "
+                    "step with room, first come first served) and only longer prompts are "
+                    "chunked (TensorRT-LLM without chunked context)")
+    watermark_fraction: float = Field(default=0.01, ge=0, lt=1)
+    capacity_policy: CapacityPolicy = Field(
+        default="max_utilization", description=CAPACITY_POLICY_HELP)
+
+
+class NetworkKvLink(Spec):
+    """KV transfer over the topology's network model (one send per prefill GPU in parallel)."""
+
+    via: Literal["network"] = "network"
+    topology: str | None = Field(
+        default=None, description="catalog topology; None = the prefill device's default")
+    same_domain: bool = Field(
+        default=False, description="prefill and decode replicas share a scale-up domain")
+
+
+class DirectKvLink(Spec):
+    """KV transfer over a dedicated link per prefill replica."""
+
+    via: Literal["link"] = "link"
+    bandwidth_GBps: float = Field(gt=0, description="link bandwidth per prefill replica, GB/s")
+    latency_us: float = Field(default=0.0, ge=0, description="per transfer, us")
+
+
+KvLinkSpec = Annotated[NetworkKvLink | DirectKvLink, Field(discriminator="via")]
+
+
+class DisaggregatedSchedulerSpec(_PagedSettings):
+    """Prefill on this engine, decode on ``decode_engine``: after prefill the request's KV is
+    sent over ``kv_link`` to a decode replica that has reserved blocks for it."""
+
+    name: Literal["disaggregated"] = "disaggregated"
+    decode_engine: str = Field(description="engine that decodes (its own scheduler batches)")
+    max_num_batched_tokens: int = Field(default=8192, ge=1, description="prefill tokens/step")
+    kv_link: KvLinkSpec = Field(default_factory=NetworkKvLink)
+
+
+SchedulerSpec = Annotated[
+    StaticSchedulerSpec | ContinuousSchedulerSpec | ChunkedPrefillSchedulerSpec
+    | DisaggregatedSchedulerSpec,
+    Field(discriminator="name"),
+]
+
+
+# --- engines, CPU pools, memory tiers -------------------------------------------------------
+
+
+class EngineSpec(Spec):
+    """A group of devices running one or more models, each replica with its own step loop."""
+
+    name: str = Field(min_length=1)
+    device: str | GpuSpec = Field(description="catalog GPU/accelerator name, path, or inline")
+    count: int = Field(ge=1, description="devices in the engine")
+    topology: str | TopologySpec | None = Field(
+        default=None,
+        description="catalog topology (name, path or inline) for TP/EP/PP traffic; None = "
+                    "the device's")
+    models: list[ModelEntrySpec] = Field(min_length=1)
+    scheduler: SchedulerSpec = Field(default_factory=ContinuousSchedulerSpec)
+    load_balance: Literal["least_loaded", "round_robin"] = Field(
+        default="least_loaded", description="how requests pick a replica of a model")
+    price_usd_per_hour: float | None = Field(
+        default=None, ge=0, description="per device; None = the catalog's price")
+
+    def replicas_of(self, entry: ModelEntrySpec) -> int:
+        """Replicas of one model entry (explicit, or all devices for a single model)."""
+        if entry.replicas is not None:
+            return entry.replicas
+        return self.count // entry.plan.num_gpus
+
+
+class CpuPoolSpec(Spec):
+    """CPU nodes running vector search; each node runs ``slots_per_node`` queries at once."""
+
+    name: str = Field(min_length=1)
+    nodes: int = Field(default=1, ge=1)
+    slots_per_node: int = Field(default=1, ge=1, description="concurrent queries per node")
+    price_usd_per_hour: float = Field(default=0.0, ge=0, description="per node")
+    power_W: float = Field(default=0.0, ge=0, description="per node")
+
+
+class MemoryTierSpec(Spec):
+    """A memory/storage tier holding KV caches. Concurrent reads share ``bandwidth_GBps``
+    fairly (processor sharing), each capped at ``per_read_bandwidth_GBps``; ``latency_us`` is
+    paid by every read and is not shared."""
+
+    name: str = Field(min_length=1)
+    kind: Literal["hbm", "host_dram", "cxl", "local_ssd", "remote_memory", "storage"]
+    capacity_GB: float = Field(gt=0, description="decimal GB")
+    bandwidth_GBps: float = Field(gt=0, description="aggregate read bandwidth, GB/s")
+    latency_us: float = Field(default=0.0, ge=0, description="per read, us")
+    per_read_bandwidth_GBps: float | None = Field(
+        default=None, gt=0, description="cap of one read, GB/s (e.g. a PCIe or NIC link)")
