@@ -12,13 +12,15 @@ Symmetry: every rank of a stage (across TP, CP, EP and DP) runs the same operato
 amount of data, so one representative per stage is simulated and each collective is priced from
 its group's placement on the topology: the cost does not grow with the GPU count.
 
-Identical micro-batches: the schedule's steady state repeats every ``pp`` micro-batches. A step
-of ``n`` micro-batches is run at two shorter counts ``n_a`` and ``n_a + pp`` with the same
-remainder (:func:`~codesign.workload.step_program.sample_counts`); when every task from the
-last steady period on (the state entering the cool-down, the cool-down itself, gradient buckets
-and optimizer) of the longer run is the shorter run's shifted by one common ``Δ``, the step is
+Identical micro-batches: the schedule's steady state repeats every period (``pp`` micro-batches).
+A step of ``n`` micro-batches is run at two shorter counts ``n_a`` (past the warm-up) and
+``n_a`` + one period with the same remainder
+(:func:`~codesign.workload.step_program.sample_counts`); when every task of the trailing
+in-flight micro-batches (the state entering the cool-down), the cool-down itself, gradient
+buckets and optimizer of the longer run is the shorter run's shifted by one common ``Δ``, the
+step is
 periodic from there (the schedule's extra period maps a shifted state to a shifted state), so
-``n`` micro-batches take ``t(n_a + pp) + (k - 1)·Δ`` exactly, with the breakdown and busy times
+``n`` micro-batches take ``t(n_a + period) + (k - 1)·Δ`` exactly, with the breakdown and busy times
 extended the same way. Otherwise ``n_a`` grows until they are, or the full count is run. The
 cost is independent of the micro-batch count.
 """
@@ -33,7 +35,7 @@ from codesign.hardware.compute import ComputeModel
 from codesign.ir import Op
 from codesign.network.model import NetworkModel
 from codesign.workload.dims import pipeline_message
-from codesign.workload.schedules import SPLIT_BACKWARD, period, tail_phases
+from codesign.workload.schedules import SPLIT_BACKWARD, inflight_window, period, tail_phases
 from codesign.workload.step_program import GRAD_REDUCE_BYTES as GRAD_REDUCE_BYTES
 from codesign.workload.step_program import PARAM_BYTES as PARAM_BYTES
 from codesign.workload.step_program import (
@@ -264,14 +266,14 @@ def _task_key(task: Task, shift: int) -> Hashable:
             meta.get("tail"))
 
 
-def _periodic(a: StepResult, b: StepResult, per: int, schedule_kind: str) -> bool:
+def _periodic(a: StepResult, b: StepResult, per: int, schedule_kind: str, pp: int) -> bool:
     """Whether ``b`` (``per`` more micro-batches) is ``a`` with one more steady period: every
-    task of ``a`` from its last steady period on (and everything after the passes) ends
-    ``Δ = step(b) - step(a)`` later in ``b``."""
+    task of ``a``'s trailing in-flight window of micro-batches (the state entering the last
+    period) and everything after the passes ends ``Δ = step(b) - step(a)`` later in ``b``."""
     delta = b.step_time_s - a.step_time_s
     tol = 1e-9 * max(b.step_time_s, 1e-30)
     ends_b = {_task_key(t, 0): b.timeline.end[t.id] for t in b.timeline.tasks}
-    first = a.num_microbatches - per
+    first = a.num_microbatches - inflight_window(schedule_kind, pp)
     phases = tail_phases(schedule_kind)
     for t in a.timeline.tasks:
         node: Node = dict(t.meta)["node"]
@@ -297,10 +299,8 @@ def _extend(a: StepResult, b: StepResult, n: int, per: int) -> StepResult:
                    num_microbatches=n, extension="periodic")
 
 
-#: steady periods run before a step is extended (one more while it is not yet periodic)
-WARM_PERIODS = 2
-#: periods slid before giving up on a verified extension
-MAX_SLIDES = 8
+#: periods slid (one more period each) before giving up on a verified extension
+MAX_SLIDES = 16
 #: micro-batches still run in full when the steady state was not found periodic
 EXACT_CAP = 4096
 
@@ -321,20 +321,20 @@ def simulate_step(graph: TrainingGraph, compute: ComputeModel, network: NetworkM
     if timings is None:
         timings = time_chunks(graph, compute, network)
     shape = step_shape(graph, network)
-    n, per = shape.num_microbatches, period(shape.pp)
+    n, per = shape.num_microbatches, period(shape.schedule, shape.pp)
 
     def run(count: int) -> StepResult:
         return _run(build_step_program(shape.with_microbatches(count)), timings, compute,
                     network, executor)
 
-    counts = None if exact else sample_counts(shape.pp, n, WARM_PERIODS)
+    counts = None if exact else sample_counts(shape.schedule, shape.pp, n)
     if counts is not None:
         a = run(counts[0])
         for _ in range(MAX_SLIDES):  # slide one period at a time until periodic
             if a.num_microbatches + per >= n:
                 break
             b = run(a.num_microbatches + per)
-            if _periodic(a, b, per, shape.schedule):
+            if _periodic(a, b, per, shape.schedule, shape.pp):
                 return _extend(a, b, n, per)
             a = b
         else:

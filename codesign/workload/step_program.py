@@ -45,7 +45,13 @@ from functools import lru_cache
 from typing import Literal, NamedTuple
 
 from codesign.ir import Op
-from codesign.workload.schedules import SPLIT_BACKWARD, period, schedule
+from codesign.workload.schedules import (
+    SPLIT_BACKWARD,
+    inflight_window,
+    period,
+    schedule,
+    warmup_microbatches,
+)
 
 NodeKind = Literal["pass", "send", "recv_gather", "param_gather", "grad_reduce", "optimizer"]
 Phase = Literal["F", "B", "W", ""]
@@ -311,12 +317,15 @@ def build_step_program(shape: StepShape) -> StepProgram:
     return StepProgram(shape, tuple(em.nodes))
 
 
-def sample_counts(pp: int, n: int, groups: int) -> tuple[int, int] | None:
-    """Two micro-batch counts ``(n_a, n_a + period)`` with ``n_a ≡ n`` modulo the period and
-    ``groups`` whole periods in ``n_a``, from which a consumer extends a step to ``n``
-    micro-batches; ``None`` when ``n`` is small enough to run as it is."""
-    per = period(pp)
-    n_a = n % per + groups * per
+def sample_counts(kind: str, pp: int, n: int) -> tuple[int, int] | None:
+    """Two micro-batch counts ``(n_a, n_a + period)``, with ``n_a ≡ n`` modulo the schedule's
+    :func:`~codesign.workload.schedules.period`, past its warm-up by at least the
+    :func:`~codesign.workload.schedules.inflight_window`, from which a consumer
+    extends a step to ``n`` micro-batches; ``None`` when ``n`` is small enough to run as it
+    is."""
+    per = period(kind, pp)
+    first = warmup_microbatches(kind, pp) + inflight_window(kind, pp)
+    n_a = n % per + -(-first // per) * per
     if n_a + per >= n:
         return None
     return n_a, n_a + per
