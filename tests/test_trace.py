@@ -26,7 +26,7 @@ from codesign.errors import InfeasiblePlan, SpecError
 from codesign.network.model import NetworkModel
 from codesign.specs.run import TrainingRun
 from codesign.trace import schema
-from codesign.trace.chakra import _rounded_us, export_chakra, network_yaml, system_json
+from codesign.trace.chakra import export_chakra, network_yaml, rounded_us, system_json
 from codesign.trace.perfetto import simulate_with_step
 from codesign.trace.reader import summarize
 from codesign.workload.training import TrainingGraph, build_training_graph, state_groups
@@ -230,7 +230,7 @@ def test_record_framing_round_trip() -> None:
 
 def test_rounded_durations_keep_running_sums() -> None:
     durations = [0.4e-6, 0.4e-6, 0.4e-6, 2.6e-6, 0.0, 1.5e-6, 1e-3]
-    out = _rounded_us(durations)
+    out = rounded_us(durations)
     exact = 0.0
     for i, d in enumerate(durations):
         exact += d * 1e6
