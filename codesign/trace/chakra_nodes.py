@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from codesign.errors import InfeasiblePlan
 from codesign.hardware.compute import ComputeModel
@@ -41,7 +42,7 @@ from codesign.workload.step_program import (
     split_backward,
     wire_pass,
 )
-from codesign.workload.training import TrainingGraph
+from codesign.workload.training import ChunkGraph, TrainingGraph
 
 NODE_TYPE = enum_values("NodeType")
 COMP = NODE_TYPE["COMP_NODE"]
@@ -96,6 +97,26 @@ class NodeList:
         return [i for i in range(len(self.nodes)) if i not in self._has_child]
 
 
+class OpStep(NamedTuple):
+    """One operator of a pass, wired once for every micro-batch: its node waits for the pass's
+    entry (``lead`` -2), or the operator ``lead`` before it on the compute stream (-1: none),
+    then the operators ``wired`` (:func:`~codesign.workload.step_program.wire_pass`), then
+    ``after``, the previous collective of its stream in the pass (-1: none)."""
+
+    suffix: str  # node name after the pass label
+    type: int
+    lead: int
+    wired: tuple[int, ...]
+    after: int
+    duration_s: float
+    flops: float = 0.0
+    nbytes: float = 0.0
+    comm: str = ""
+    size: float = 0.0
+    group: str = ""
+    layer: int = -1
+
+
 def listing_order(nodes: Sequence[Node]) -> list[Node]:
     """A stage's program nodes in the order its trace lists them: the program's, except that
     each overlapped gradient bucket comes right after the pass that releases it (and that
@@ -120,6 +141,17 @@ def listing_order(nodes: Sequence[Node]) -> list[Node]:
     return out + held
 
 
+def pass_ops(chunk: ChunkGraph, phase: str, split: bool) -> tuple[Op, ...]:
+    """Operators of a pass of ``chunk``: ``F`` the forward; ``B`` the backward, or in split
+    schedules (``split``) its input-gradient part and ``W`` its weight-gradient part
+    (:func:`~codesign.workload.step_program.split_backward`)."""
+    if phase == "F":
+        return tuple(chunk.forward)
+    if split:
+        return split_backward(chunk.backward)[phase == "W"]
+    return tuple(chunk.backward)
+
+
 class StageNodes:
     """Builds the Chakra nodes of each pipeline stage of ``graph``'s step (module doc)."""
 
@@ -138,18 +170,11 @@ class StageNodes:
         for n in self.program.nodes:
             self.by_stage.setdefault(n.stage, []).append(n)
         self.by_v = {c.virtual_stage: c for c in graph.chunks}
-        self._ops: dict[tuple[int, str], tuple[tuple[Op, ...], tuple[tuple[int, ...], ...]]] = {}
-        self._op_time: dict[int, float] = {}  # id(op) -> seconds; the graph keeps ops alive
+        self._steps: dict[tuple[int, str], list[OpStep]] = {}
         self._comm_time: dict[tuple[str, str, float], float] = {}
+        self._group_size: dict[str, int] = {}
 
     # --- prices ----------------------------------------------------------------------------
-
-    def op_time(self, op: Op) -> float:
-        """Compute time of a kernel, seconds (cached: micro-batches repeat the operators)."""
-        t = self._op_time.get(id(op))
-        if t is None:
-            t = self._op_time[id(op)] = self.compute.time(op)
-        return t
 
     def comm_time(self, kind: str, group: str, size: float) -> float:
         key = (kind, group, size)
@@ -158,19 +183,37 @@ class StageNodes:
             t = self._comm_time[key] = self.network.collective(kind, group, size).time_s
         return t
 
-    def pass_ops(self, v: int, phase: str) -> tuple[tuple[Op, ...], tuple[tuple[int, ...], ...]]:
-        """Operators of a pass of virtual stage ``v`` and their in-pass dependencies."""
+    def group_size(self, group: str) -> int:
+        if group not in self._group_size:
+            self._group_size[group] = self.network.group_size(group)
+        return self._group_size[group]
+
+    def pass_steps(self, v: int, phase: str) -> list[OpStep]:
+        """The operators of a pass of virtual stage ``v``, priced and wired (cached)."""
         key = (v, phase)
-        if key not in self._ops:
-            chunk = self.by_v[v]
-            if phase == "F":
-                ops = chunk.forward
-            elif "W" in self.program.phases:
-                ops = split_backward(chunk.backward)[phase == "W"]
-            else:
-                ops = chunk.backward
-            self._ops[key] = (ops, wire_pass(ops))
-        return self._ops[key]
+        if key in self._steps:
+            return self._steps[key]
+        ops = pass_ops(self.by_v[v], phase, "W" in self.program.phases)
+        steps: list[OpStep] = []
+        prev = -1  # last kernel
+        stream_last: dict[str, int] = {}
+        for i, (op, wired) in enumerate(zip(ops, wire_pass(ops), strict=True)):
+            suffix = op.name + (f".l{op.layer}" if op.layer >= 0 else "")
+            if op.kind != "comm":
+                steps.append(OpStep(suffix, COMP, prev if prev >= 0 else -2, wired, -1,
+                                    self.compute.time(op), op.flops, op.bytes,
+                                    layer=op.layer))
+                prev = i
+                continue
+            # nothing of the pass before it (no kernel it waits for): the pass's entry
+            lead = -1 if any(ops[j].kind != "comm" for j in wired) else -2
+            kind, group = op.comm or "all_reduce", op.group or "dp"
+            steps.append(OpStep(suffix, COLL, lead, wired, stream_last.get(op.stream, -1),
+                                self.comm_time(kind, group, op.size), comm=kind,
+                                size=op.size, group=group, layer=op.layer))
+            stream_last[op.stream] = i
+        self._steps[key] = steps
+        return steps
 
     # --- nodes -----------------------------------------------------------------------------
 
@@ -225,31 +268,20 @@ class StageNodes:
     def _pass(self, out: NodeList, n: Node, entry: list[int]) -> tuple[int, dict[int, int]]:
         """Nodes of one pass; returns (its last kernel, layer -> its last kernel)."""
         label = self.label(n.phase, n.mb, n.v)
-        ops, wiring = self.pass_ops(n.v, n.phase)
-        ids: list[int] = []  # op index -> node
+        ids: list[int] = []  # operator index -> node
         prev = -1  # last kernel
-        stream_last: dict[str, int] = {}
         layer_last: dict[int, int] = {}
-        for op, wired in zip(ops, wiring, strict=True):
-            name = f"{label}.{op.name}" + (f".l{op.layer}" if op.layer >= 0 else "")
-            deps = [ids[i] for i in wired]
-            if op.kind != "comm" and prev >= 0:
-                deps.insert(0, prev)
-            elif not any(ops[i].kind != "comm" for i in wired):
-                deps = entry + deps  # nothing of the pass before it: the pass's entry
-            if op.kind != "comm":
-                prev = out.add(ChakraNode(name, COMP, deps, self.op_time(op), flops=op.flops,
-                                          nbytes=op.bytes))
-                layer_last[op.layer] = prev
-                ids.append(prev)
-                continue
-            if op.stream in stream_last:
-                deps.append(stream_last[op.stream])
-            kind, group = op.comm or "all_reduce", op.group or "dp"
-            stream_last[op.stream] = nid = out.add(ChakraNode(
-                name, COLL, deps, self.comm_time(kind, group, op.size), comm=kind,
-                size=op.size, group=group))
+        for st in self.pass_steps(n.v, n.phase):
+            deps = list(entry) if st.lead == -2 else [ids[st.lead]] if st.lead >= 0 else []
+            if st.wired:
+                deps += [ids[j] for j in st.wired]
+            if st.after >= 0:
+                deps.append(ids[st.after])
+            nid = out.add(ChakraNode(f"{label}.{st.suffix}", st.type, deps, st.duration_s,
+                                     st.flops, st.nbytes, st.comm, st.size, st.group))
             ids.append(nid)
+            if st.type == COMP:
+                prev = layer_last[st.layer] = nid
         return (prev if prev >= 0 else len(out.nodes) - 1), layer_last
 
     def _send(self, out: NodeList, n: Node, deps: list[int]) -> int:
@@ -277,7 +309,7 @@ class StageNodes:
         of more than one rank) in order on the stage's data-parallel stream."""
         ids: list[int] = []
         for i, c in enumerate(n.comms):
-            if c.bytes <= 0 or self.network.group_size(c.group) <= 1:
+            if c.bytes <= 0 or self.group_size(c.group) <= 1:
                 continue
             node = ChakraNode(n.name if i == 0 else f"expert_{n.name}", COLL,
                               ids[-1:] or list(deps), self.comm_time(c.kind, c.group, c.bytes),

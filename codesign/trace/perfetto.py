@@ -34,7 +34,9 @@ from codesign.ir import Op
 from codesign.network.model import NetworkModel
 from codesign.report.training import TrainingReport
 from codesign.specs.run import TrainingRun
-from codesign.workload.step_program import Node, split_backward
+from codesign.trace.chakra_nodes import pass_ops
+from codesign.workload.schedules import SPLIT_BACKWARD
+from codesign.workload.step_program import Node
 from codesign.workload.training import TrainingGraph
 
 #: engine stream -> track name, in display order
@@ -105,6 +107,7 @@ def chrome_trace(graph: TrainingGraph, step: StepResult,
     pp = run.parallel.pp
     tl = step.timeline
     by_v = {c.virtual_stage: c for c in graph.chunks}
+    split = run.parallel.pipeline_schedule in SPLIT_BACKWARD
     stride = network.layout.stride("pp")
     tracks = _Tracks()
     events: list[dict[str, Any]] = []
@@ -124,7 +127,7 @@ def chrome_trace(graph: TrainingGraph, step: StepResult,
         node: Node = info["node"]
         start, end = tl.start[task.id], tl.end[task.id]
         if node.kind == "pass":
-            _pass_events(slice_, task, node, start, end, by_v, step)
+            _pass_events(slice_, task, node, start, end, by_v, step, split)
             continue
         stream = task.stream.partition("/")[2]
         slice_(node.stage, _TRACKS.get(stream, stream), task.name, start, end,
@@ -172,20 +175,12 @@ def _node_args(node: Node) -> dict[str, Any]:
     return {}
 
 
-def _pass_ops(chunk: Any, phase: str, split: bool) -> tuple[Op, ...]:
-    if phase == "F":
-        return tuple(chunk.forward)
-    if split:
-        return split_backward(chunk.backward)[phase == "W"]
-    return tuple(chunk.backward)
-
-
 def _pass_events(slice_: Any, task: Task, node: Node, start: float, end: float,
-                 by_v: dict[int, Any], step: StepResult) -> None:
+                 by_v: dict[int, Any], step: StepResult, split: bool) -> None:
     """A chunk pass slice with its operators (kernels nested, collectives on their tracks)."""
     stage, ph, v = node.stage, node.phase, node.v
     timing = step.chunk_timings.get((v, ph))
-    ops = _pass_ops(by_v[v], ph, (v, "W") in step.chunk_timings)
+    ops = pass_ops(by_v[v], ph, split)
     label = node.name
     base = {"micro_batch": node.mb, "virtual_stage": v, "phase": _PHASES[ph]}
     slice_(stage, "compute", label, start, end,
