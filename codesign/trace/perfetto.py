@@ -1,7 +1,8 @@
 """Chrome / Perfetto timeline of a simulated training step (``codesign simulate --trace``).
 
 The engine simulates one representative rank per pipeline stage: the stage's compute stream
-runs chunk passes (one virtual stage, one micro-batch, forward or backward) and the optimizer;
+runs chunk passes (one virtual stage, one micro-batch, forward or backward; split schedules
+such as ZB-H1 run the backward as an input-gradient and a weight-gradient pass) and the optimizer;
 its data-parallel stream runs gradient buckets and parameter all-gathers; pipeline sends have
 their own streams. Each chunk pass was itself simulated operator by operator (compute stream
 and one stream per communication group). This module lays both levels out as a Chrome trace
@@ -14,9 +15,15 @@ and one stream per communication group). This module lays both levels out as a C
   collectives inside passes); a collective that overlaps the previous one on its stream (the
   engine lets a pass's collective run past the pass) goes to a numbered extra track;
 * complete events (``ph: "X"``, ``ts``/``dur`` in microseconds): a chunk pass named
-  ``F3.v5`` (forward of micro-batch 3 on virtual stage 5) with its kernels nested inside,
+  ``F3.v5`` (forward of micro-batch 3 on virtual stage 5; ``B``, and ``W`` for weight
+  gradients) with its kernels nested inside,
   collectives named ``<op> F3.v5``; ``args`` carry micro-batch, virtual stage, layer, FLOPs,
   bytes, collective kind and group, and the breakdown category.
+
+What each slice is comes from the step-program node of its engine task
+(:class:`~codesign.workload.step_program.Node` in the task's ``meta``), not from its name. The
+timeline holds every micro-batch: when the engine extended a periodic steady state instead of
+running it, the step is run in full for the trace (same step time).
 """
 
 from __future__ import annotations
