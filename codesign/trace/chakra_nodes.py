@@ -101,20 +101,16 @@ class OpStep(NamedTuple):
     """One operator of a pass, wired once for every micro-batch: its node waits for the pass's
     entry (``lead`` -2), or the operator ``lead`` before it on the compute stream (-1: none),
     then the operators ``wired`` (:func:`~codesign.workload.step_program.wire_pass`), then
-    ``after``, the previous collective of its stream in the pass (-1: none)."""
+    ``after``, the previous collective of its stream in the pass (-1: none). ``node``: the
+    :class:`ChakraNode` fields after its dependencies (duration, FLOPs, bytes, collective)."""
 
     suffix: str  # node name after the pass label
     type: int
     lead: int
     wired: tuple[int, ...]
     after: int
-    duration_s: float
-    flops: float = 0.0
-    nbytes: float = 0.0
-    comm: str = ""
-    size: float = 0.0
-    group: str = ""
-    layer: int = -1
+    layer: int
+    node: tuple[float, float, float, str, float, str]
 
 
 def listing_order(nodes: Sequence[Node]) -> list[Node]:
@@ -201,16 +197,16 @@ class StageNodes:
             suffix = op.name + (f".l{op.layer}" if op.layer >= 0 else "")
             if op.kind != "comm":
                 steps.append(OpStep(suffix, COMP, prev if prev >= 0 else -2, wired, -1,
-                                    self.compute.time(op), op.flops, op.bytes,
-                                    layer=op.layer))
+                                    op.layer, (self.compute.time(op), op.flops, op.bytes,
+                                               "", 0.0, "")))
                 prev = i
                 continue
             # nothing of the pass before it (no kernel it waits for): the pass's entry
             lead = -1 if any(ops[j].kind != "comm" for j in wired) else -2
             kind, group = op.comm or "all_reduce", op.group or "dp"
             steps.append(OpStep(suffix, COLL, lead, wired, stream_last.get(op.stream, -1),
-                                self.comm_time(kind, group, op.size), comm=kind,
-                                size=op.size, group=group, layer=op.layer))
+                                op.layer, (self.comm_time(kind, group, op.size), 0.0, 0.0,
+                                           kind, op.size, group)))
             stream_last[op.stream] = i
         self._steps[key] = steps
         return steps
@@ -277,8 +273,7 @@ class StageNodes:
                 deps += [ids[j] for j in st.wired]
             if st.after >= 0:
                 deps.append(ids[st.after])
-            nid = out.add(ChakraNode(f"{label}.{st.suffix}", st.type, deps, st.duration_s,
-                                     st.flops, st.nbytes, st.comm, st.size, st.group))
+            nid = out.add(ChakraNode(f"{label}.{st.suffix}", st.type, deps, *st.node))
             ids.append(nid)
             if st.type == COMP:
                 prev = layer_last[st.layer] = nid
