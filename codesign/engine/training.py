@@ -43,8 +43,8 @@ from codesign.workload.step_program import (
     StepProgram,
     StepShape,
     build_step_program,
+    pass_ops,
     sample_counts,
-    split_backward,
 )
 from codesign.workload.training import (
     ADAM_BYTES_PER_PARAM,
@@ -101,13 +101,8 @@ def time_chunks(graph: TrainingGraph, compute: ComputeModel,
     memo: dict[Hashable, tuple[ChunkTiming, tuple[int, ...]]] = {}
     out: dict[tuple[int, str], ChunkTiming] = {}
     for c in graph.chunks:
-        passes: list[tuple[str, tuple[Op, ...]]] = [("F", c.forward)]
-        if split:
-            b_ops, w_ops = split_backward(c.backward)
-            passes += [("B", b_ops), ("W", w_ops)]
-        else:
-            passes.append(("B", c.backward))
-        for phase, ops in passes:
+        for phase in ("F", "B", "W") if split else ("F", "B"):
+            ops = pass_ops(c.forward, c.backward, phase, split)
             key = _ops_key(ops)
             if key not in memo:
                 memo[key] = (time_chunk(ops, compute.time, comm_time), c.layers)

@@ -39,8 +39,10 @@ from codesign.workload.step_program import (
     Node,
     StepProgram,
     build_step_program,
-    split_backward,
     wire_pass,
+)
+from codesign.workload.step_program import (
+    pass_ops as program_pass_ops,
 )
 from codesign.workload.training import ChunkGraph, TrainingGraph
 
@@ -138,14 +140,8 @@ def listing_order(nodes: Sequence[Node]) -> list[Node]:
 
 
 def pass_ops(chunk: ChunkGraph, phase: str, split: bool) -> tuple[Op, ...]:
-    """Operators of a pass of ``chunk``: ``F`` the forward; ``B`` the backward, or in split
-    schedules (``split``) its input-gradient part and ``W`` its weight-gradient part
-    (:func:`~codesign.workload.step_program.split_backward`)."""
-    if phase == "F":
-        return tuple(chunk.forward)
-    if split:
-        return split_backward(chunk.backward)[phase == "W"]
-    return tuple(chunk.backward)
+    """Operators of a pass of ``chunk`` (:func:`codesign.workload.step_program.pass_ops`)."""
+    return program_pass_ops(chunk.forward, chunk.backward, phase, split)
 
 
 class StageNodes:

@@ -36,7 +36,7 @@ from typing import Any
 from codesign import __version__
 from codesign.api import simulate_detailed
 from codesign.engine.executor import Task
-from codesign.engine.training import StepResult, simulate_step
+from codesign.engine.training import StepResult
 from codesign.ir import Op
 from codesign.network.model import NetworkModel
 from codesign.report.training import TrainingReport
@@ -58,14 +58,10 @@ def simulate_with_step(run: TrainingRun) -> tuple[TrainingReport, StepResult | N
     """The report of :func:`codesign.api.simulate_run` and, for a feasible plan, the engine's
     :class:`StepResult` of every micro-batch (an extended steady state is run in full) with
     the graph and network it ran on (None when infeasible)."""
-    sim = simulate_detailed(run)
-    step = sim.step
-    if step is None or sim.graph is None or sim.compute is None or sim.network is None:
+    sim = simulate_detailed(run, exact=True)
+    if sim.step is None or sim.graph is None or sim.network is None:
         return sim.report, None, None, None
-    if step.simulated_microbatches < step.num_microbatches:
-        step = simulate_step(sim.graph, sim.compute, sim.network, step.chunk_timings,
-                             exact=True)
-    return sim.report, step, sim.graph, sim.network
+    return sim.report, sim.step, sim.graph, sim.network
 
 
 def _us(t_s: float) -> float:

@@ -388,6 +388,30 @@ def split_backward(ops: Sequence[Op]) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
     return tuple(b), tuple(w)
 
 
-__all__ = ["GRAD_REDUCE_BYTES", "PARAM_BYTES", "Collective", "Node", "NodeKind", "Phase",
-           "StepProgram", "StepShape", "build_step_program", "sample_counts",
-           "split_backward", "wire_pass"]
+def pass_ops(forward: Sequence[Op], backward: Sequence[Op], phase: str,
+             split: bool) -> tuple[Op, ...]:
+    """Operators of one pass of a chunk: ``F`` its forward; ``B`` its backward, or in split
+    schedules (``split``) the input-gradient part, and ``W`` the weight-gradient part
+    (:func:`split_backward`)."""
+    if phase == "F":
+        return tuple(forward)
+    if split:
+        return split_backward(backward)[phase == "W"]
+    return tuple(backward)
+
+
+__all__ = [
+    "GRAD_REDUCE_BYTES",
+    "PARAM_BYTES",
+    "Collective",
+    "Node",
+    "NodeKind",
+    "Phase",
+    "StepProgram",
+    "StepShape",
+    "build_step_program",
+    "pass_ops",
+    "sample_counts",
+    "split_backward",
+    "wire_pass",
+]
