@@ -30,7 +30,14 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 
 from codesign.engine.chunk import ChunkTiming, comm_category, time_chunk
-from codesign.engine.executor import Task, Timeline, attribute, execute_in_order
+from codesign.engine.executor import (
+    Task,
+    Timeline,
+    attribute,
+    attribute_stream,
+    execute_in_order,
+)
+from codesign.engine.step_run import FlatRun, run_program, timeline_of
 from codesign.hardware.compute import ComputeModel
 from codesign.ir import Op
 from codesign.network.model import NetworkModel
@@ -70,6 +77,7 @@ class StepResult:
     #: to repeat) or ``unverified`` (extended linearly; the steady state did not repeat
     #: within :data:`MAX_SLIDES` periods and the count exceeds :data:`EXACT_CAP`)
     extension: str = "exact"
+    flat: FlatRun | None = field(default=None, repr=False, compare=False)  # the run's lists
 
 
 
@@ -231,10 +239,55 @@ def price_program(program: StepProgram, timings: dict[tuple[int, str], ChunkTimi
     return tasks
 
 
+def _comm_pricer(network: NetworkModel) -> Callable[[Node], float]:
+    costs: dict[tuple[str, str, float], float] = {}
+
+    def comm_s(node: Node) -> float:
+        total = 0.0
+        for c in node.comms:
+            key = (c.kind, c.group, c.bytes)
+            if key not in costs:
+                costs[key] = network.collective(c.kind, c.group, c.bytes).time_s
+            total += costs[key]
+        return total
+
+    return comm_s
+
+
 def _run(program: StepProgram, timings: dict[tuple[int, str], ChunkTiming],
          compute: ComputeModel, network: NetworkModel,
          executor: Callable[[Sequence[Task]], Timeline]) -> StepResult:
     pp = program.shape.pp
+    n = program.shape.num_microbatches
+    if executor is execute_in_order:  # the fused one-pass runner: same timeline, no tasks
+        flat = run_program(program, timings, _comm_pricer(network), lambda b: compute.time(
+            Op(name="optimizer", kind="memory", category="optimizer", layer=-1, bytes=b)))
+        starts, ends, dur = flat.start, flat.end, flat.duration
+        names, stream = flat.stream_names, flat.stream
+        stage_of = [int(x[1:].split("/", 1)[0]) for x in names]
+        on_compute = [x.endswith("/compute") for x in names]
+        step = max(ends, default=0.0)
+        stage_end = [0.0] * pp
+        busy = [0.0] * pp
+        for i, sid in enumerate(stream):
+            st = stage_of[sid]
+            if ends[i] > stage_end[st]:
+                stage_end[st] = ends[i]
+            if on_compute[sid]:
+                busy[st] += dur[i]
+        crit = max(range(pp), key=lambda s: (stage_end[s], s))
+        crit_id = names.index(f"s{crit}/compute")
+        own = sorted((i for i, sid in enumerate(stream) if sid == crit_id),
+                     key=starts.__getitem__)
+        last = max((i for i, sid in enumerate(stream) if sid != crit_id),
+                   key=ends.__getitem__, default=-1)
+        parts = attribute_stream(own, last, step, starts, ends, flat.binding, flat.stream_prev,
+                                 category=flat.category.__getitem__,
+                                 breakdown=lambda i: (dur[i], flat.breakdown.get(i, ())))
+        return StepResult(step_time_s=step, breakdown_s=parts, critical_stage=crit,
+                          stage_busy_s=tuple(busy), timeline=timeline_of(flat),
+                          chunk_timings=timings, num_microbatches=n, simulated_microbatches=n,
+                          flat=flat)
     tasks = price_program(program, timings, compute, network)
     tl = executor(tasks)
     step = tl.makespan
@@ -247,18 +300,24 @@ def _run(program: StepProgram, timings: dict[tuple[int, str], ChunkTiming],
             busy[s] += task.duration
     crit = max(range(pp), key=lambda s: (stage_end[s], s))
     parts = attribute(tl, f"s{crit}/compute", step)
-    n = program.shape.num_microbatches
     return StepResult(step_time_s=step, breakdown_s=parts, critical_stage=crit,
                       stage_busy_s=tuple(busy), timeline=tl, chunk_timings=timings,
                       num_microbatches=n, simulated_microbatches=n)
 
 
-def _task_key(task: Task, shift: int) -> Hashable:
-    meta = dict(task.meta)
-    node: Node = meta["node"]
-    mb = node.mb + shift if node.mb >= 0 else -1
-    return (node.kind, node.stage, node.phase, mb, node.v, node.layer, node.bucket,
-            meta.get("tail"))
+def _task_keys(r: StepResult, shift: int) -> list[tuple[Node, Hashable]]:
+    """Each task's node and its key with micro-batches shifted by ``shift``."""
+    out: list[tuple[Node, Hashable]] = []
+    if r.flat is not None:
+        nodes = r.flat.program.nodes
+        pairs = [(nodes[k], tail) for k, tail in zip(r.flat.node, r.flat.tail, strict=True)]
+    else:
+        pairs = [(dict(t.meta)["node"], dict(t.meta).get("tail", "")) for t in r.timeline.tasks]
+    for node, tail in pairs:
+        mb = node.mb + shift if node.mb >= 0 else -1
+        out.append((node, (node.kind, node.stage, node.phase, mb, node.v, node.layer,
+                           node.bucket, tail)))
+    return out
 
 
 def _periodic(a: StepResult, b: StepResult, per: int, schedule_kind: str, pp: int) -> bool:
@@ -267,17 +326,17 @@ def _periodic(a: StepResult, b: StepResult, per: int, schedule_kind: str, pp: in
     period) and everything after the passes ends ``Δ = step(b) - step(a)`` later in ``b``."""
     delta = b.step_time_s - a.step_time_s
     tol = 1e-9 * max(b.step_time_s, 1e-30)
-    ends_b = {_task_key(t, 0): b.timeline.end[t.id] for t in b.timeline.tasks}
+    ends_b = {key: b.timeline.end[i] for i, (_, key) in enumerate(_task_keys(b, 0))}
     first = a.num_microbatches - inflight_window(schedule_kind, pp)
     phases = tail_phases(schedule_kind)
-    for t in a.timeline.tasks:
-        node: Node = dict(t.meta)["node"]
+    ends_a = a.timeline.end
+    for i, (node, key) in enumerate(_task_keys(a, per)):
         if 0 <= node.mb < first or (node.kind == "param_gather" and not node.deps):
             continue  # warm-up and steady periods before the last; gathers before the step
         if node.mb >= 0 and node.phase not in phases:
             continue
-        other = ends_b.get(_task_key(t, per))
-        if other is None or abs(other - a.timeline.end[t.id] - delta) > tol:
+        other = ends_b.get(key)
+        if other is None or abs(other - ends_a[i] - delta) > tol:
             return False
     return True
 
