@@ -26,7 +26,7 @@ cost is independent of the micro-batch count.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from codesign.engine.chunk import ChunkTiming, comm_category, time_chunk
@@ -305,18 +305,29 @@ def _run(program: StepProgram, timings: dict[tuple[int, str], ChunkTiming],
                       num_microbatches=n, simulated_microbatches=n)
 
 
-def _task_keys(r: StepResult, shift: int) -> list[tuple[Node, Hashable]]:
-    """Each task's node and its key with micro-batches shifted by ``shift``."""
-    out: list[tuple[Node, Hashable]] = []
+def _tail_tasks(r: StepResult, first: int, shift: int, phases: frozenset[str]
+                ) -> dict[Hashable, int]:
+    """Task ids of ``r``'s tasks from micro-batch ``first`` on (in ``phases``) and of every
+    task after the passes, by a key with micro-batches shifted by ``shift``; gathers that
+    precede the step are left out."""
     if r.flat is not None:
         nodes = r.flat.program.nodes
-        pairs = [(nodes[k], tail) for k, tail in zip(r.flat.node, r.flat.tail, strict=True)]
+        pairs: Iterable[tuple[Node, str]] = (
+            (nodes[k], tail) for k, tail in zip(r.flat.node, r.flat.tail, strict=True))
     else:
-        pairs = [(dict(t.meta)["node"], dict(t.meta).get("tail", "")) for t in r.timeline.tasks]
-    for node, tail in pairs:
-        mb = node.mb + shift if node.mb >= 0 else -1
-        out.append((node, (node.kind, node.stage, node.phase, mb, node.v, node.layer,
-                           node.bucket, tail)))
+        pairs = ((dict(t.meta)["node"], dict(t.meta).get("tail", ""))
+                 for t in r.timeline.tasks)
+    out: dict[Hashable, int] = {}
+    for i, (node, tail) in enumerate(pairs):
+        mb = node.mb
+        if mb >= 0:
+            if mb < first or node.phase not in phases:
+                continue
+            mb += shift
+        elif node.kind == "param_gather" and not node.deps:
+            continue
+        out[(node.kind, node.stage, node.phase, mb, node.v, node.layer, node.bucket,
+             tail)] = i
     return out
 
 
@@ -326,19 +337,14 @@ def _periodic(a: StepResult, b: StepResult, per: int, schedule_kind: str, pp: in
     period) and everything after the passes ends ``Δ = step(b) - step(a)`` later in ``b``."""
     delta = b.step_time_s - a.step_time_s
     tol = 1e-9 * max(b.step_time_s, 1e-30)
-    ends_b = {key: b.timeline.end[i] for i, (_, key) in enumerate(_task_keys(b, 0))}
     first = a.num_microbatches - inflight_window(schedule_kind, pp)
     phases = tail_phases(schedule_kind)
-    ends_a = a.timeline.end
-    for i, (node, key) in enumerate(_task_keys(a, per)):
-        if 0 <= node.mb < first or (node.kind == "param_gather" and not node.deps):
-            continue  # warm-up and steady periods before the last; gathers before the step
-        if node.mb >= 0 and node.phase not in phases:
-            continue
-        other = ends_b.get(key)
-        if other is None or abs(other - ends_a[i] - delta) > tol:
-            return False
-    return True
+    in_a = _tail_tasks(a, first, per, phases)
+    in_b = _tail_tasks(b, first + per, 0, phases)
+    if in_a.keys() != in_b.keys():
+        return False
+    ends_a, ends_b = a.timeline.end, b.timeline.end
+    return all(abs(ends_b[in_b[k]] - ends_a[i] - delta) <= tol for k, i in in_a.items())
 
 
 def _extend(a: StepResult, b: StepResult, n: int, per: int) -> StepResult:
