@@ -658,8 +658,8 @@ def test_simulate_trace_writes_a_perfetto_timeline(tmp_path: Path,
 
 def test_perfetto_zb_h1_shows_every_micro_batch_and_weight_gradient_slices() -> None:
     run = build_run(model="llama3-8b", gpu="h100", num_gpus=8, tp=2, pp=2,
-                    micro_batch_size=1, global_batch_size=64, schedule="zb-h1")
-    n_mb = 32
+                    micro_batch_size=1, global_batch_size=160, schedule="zb-h1")
+    n_mb = 80
     engine = simulate_detailed(run).step
     assert engine is not None and engine.simulated_microbatches < n_mb  # a steady state extended
     report, step, graph, network = simulate_with_step(run)

@@ -75,7 +75,7 @@ class StepResult:
     simulated_microbatches: int = 0  # in ``timeline`` (fewer when a steady state was extended)
     #: ``exact`` (every micro-batch run), ``periodic`` (extended from a steady state checked
     #: to repeat) or ``unverified`` (extended linearly; the steady state did not repeat
-    #: within :data:`MAX_SLIDES` periods and the count exceeds :data:`EXACT_CAP`)
+    #: within :data:`MAX_TRIES` periods and the count exceeds :data:`EXACT_CAP`)
     extension: str = "exact"
     flat: FlatRun | None = field(default=None, repr=False, compare=False)  # the run's lists
 
@@ -359,8 +359,9 @@ def _extend(a: StepResult, b: StepResult, n: int, per: int) -> StepResult:
                    num_microbatches=n, extension="periodic")
 
 
-#: periods slid (one more period each) before giving up on a verified extension
-MAX_SLIDES = 16
+#: tries (one period further, then twice as far each time) before giving up on a verified
+#: extension
+MAX_TRIES = 8
 #: micro-batches still run in full when the steady state was not found periodic
 EXACT_CAP = 4096
 
@@ -390,13 +391,15 @@ def simulate_step(graph: TrainingGraph, compute: ComputeModel, network: NetworkM
     counts = None if exact else sample_counts(shape.schedule, shape.pp, n)
     if counts is not None:
         a = run(counts[0])
-        for _ in range(MAX_SLIDES):  # slide one period at a time until periodic
-            if a.num_microbatches + per >= n:
-                break
+        for attempt in range(MAX_TRIES):
+            if 2 * a.num_microbatches + per >= n:
+                break  # running the rest is cheaper than another try
             b = run(a.num_microbatches + per)
             if _periodic(a, b, per, shape.schedule, shape.pp):
                 return _extend(a, b, n, per)
-            a = b
+            # not yet periodic: the next period once, then twice as far each time (a long
+            # transient costs about twice its length, a short one little more than itself)
+            a = b if attempt == 0 else run(2 * a.num_microbatches - n % per)
         else:
             if n > EXACT_CAP:  # not periodic yet and too long to run: extend unverified
                 b = run(a.num_microbatches + per)
