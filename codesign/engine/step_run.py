@@ -84,48 +84,43 @@ class LazyTasks(Sequence[Task]):
         return (self[i] for i in range(len(self)))
 
 
-def run_program(program: StepProgram, timings: dict[tuple[int, str], ChunkTiming],
-                comm_s: Callable[[Node], float], optimizer_s: Callable[[float], float]
-                ) -> FlatRun:
-    """Price every node of ``program`` (passes from ``timings``, collectives by ``comm_s``,
-    the optimizer's HBM bytes by ``optimizer_s``) and run the tasks in program order."""
-    stream_ids: dict[tuple[int, str], int] = {}
-    names: list[str] = []
-    last_on: list[int] = []  # last task per stream id
-    node_l: list[int] = []
-    tail_l: list[str] = []
-    stream_l: list[int] = []
-    dur_l: list[float] = []
-    start: list[float] = []
-    end: list[float] = []
-    binding: list[int] = []
-    prev_l: list[int] = []
-    deps_l: list[tuple[int, ...]] = []
-    after_l: list[tuple[tuple[int, float], ...]] = []
-    cat_l: list[str] = []
-    breakdown: dict[int, tuple[tuple[str, float], ...]] = {}
-    task_of: list[int] = []
-    tails: dict[int, list[int]] = {}
-    pp_cat, dp_cat = comm_category("pp"), comm_category("dp")
-    passes = {key: (t.compute_time, t.breakdown, t.tail, dict(t.layer_done))
-              for key, t in timings.items()}
-    comm_memo: dict[tuple[object, ...], float] = {}
-    opt_memo: dict[float, float] = {}
+class _Lists:
+    """The growing lists of a run and :meth:`push`, which runs one task on arrival (its
+    dependencies and stream predecessor have run): the executor's arithmetic
+    (:func:`codesign.engine.executor.execute_in_order`), inlined."""
 
-    def sid(stage: int, stream: str) -> int:
+    def __init__(self) -> None:
+        self.stream_ids: dict[tuple[int, str], int] = {}
+        self.names: list[str] = []
+        self.last_on: list[int] = []  # last task per stream id
+        self.node: list[int] = []
+        self.tail: list[str] = []
+        self.stream: list[int] = []
+        self.dur: list[float] = []
+        self.start: list[float] = []
+        self.end: list[float] = []
+        self.binding: list[int] = []
+        self.prev: list[int] = []
+        self.deps: list[tuple[int, ...]] = []
+        self.after: list[tuple[tuple[int, float], ...]] = []
+        self.cat: list[str] = []
+
+    def sid(self, stage: int, stream: str) -> int:
+        """Id of stream ``s<stage>/<stream>``."""
         key = (stage, stream)
-        i = stream_ids.get(key)
+        i = self.stream_ids.get(key)
         if i is None:
-            i = stream_ids[key] = len(names)
-            names.append(f"s{stage}/{stream}")
-            last_on.append(-1)
+            i = self.stream_ids[key] = len(self.names)
+            self.names.append(f"s{stage}/{stream}")
+            self.last_on.append(-1)
         return i
 
-    def push(node_id: int, tail: str, stream: int, dur: float, deps: tuple[int, ...],
+    def push(self, node_id: int, tail: str, stream: int, dur: float, deps: tuple[int, ...],
              after: tuple[tuple[int, float], ...], cat: str) -> int:
-        i = len(node_l)
-        p = last_on[stream]
-        last_on[stream] = i
+        start, end = self.start, self.end
+        i = len(self.node)
+        p = self.last_on[stream]
+        self.last_on[stream] = i
         prev_end = end[p] if p >= 0 else 0.0
         now = prev_end
         best, best_t = -1, -1.0
@@ -147,19 +142,35 @@ def run_program(program: StepProgram, timings: dict[tuple[int, str], ChunkTiming
                     best, best_t = d, s + off
             if release > now:
                 now = now + (release - now)
-        node_l.append(node_id)
-        tail_l.append(tail)
-        stream_l.append(stream)
-        dur_l.append(dur)
+        self.node.append(node_id)
+        self.tail.append(tail)
+        self.stream.append(stream)
+        self.dur.append(dur)
         start.append(now)
         end.append(now + dur if dur > 0 else now)
-        binding.append(best if best_t > prev_end else -1)
-        prev_l.append(p)
-        deps_l.append(deps)
-        after_l.append(after)
-        cat_l.append(cat)
+        self.binding.append(best if best_t > prev_end else -1)
+        self.prev.append(p)
+        self.deps.append(deps)
+        self.after.append(after)
+        self.cat.append(cat)
         return i
 
+
+def run_program(program: StepProgram, timings: dict[tuple[int, str], ChunkTiming],
+                comm_s: Callable[[Node], float], optimizer_s: Callable[[float], float]
+                ) -> FlatRun:
+    """Price every node of ``program`` (passes from ``timings``, collectives by ``comm_s``,
+    the optimizer's HBM bytes by ``optimizer_s``) and run the tasks in program order."""
+    ls = _Lists()
+    push, sid = ls.push, ls.sid
+    breakdown: dict[int, tuple[tuple[str, float], ...]] = {}
+    task_of: list[int] = []
+    tails: dict[int, list[int]] = {}
+    pp_cat, dp_cat = comm_category("pp"), comm_category("dp")
+    passes = {key: (t.compute_time, t.breakdown, t.tail, dict(t.layer_done))
+              for key, t in timings.items()}
+    comm_memo: dict[tuple[object, ...], float] = {}
+    opt_memo: dict[float, float] = {}
     for node in program.nodes:
         s = node.stage
         deps = tuple([task_of[d] for d in node.deps])
@@ -175,9 +186,9 @@ def run_program(program: StepProgram, timings: dict[tuple[int, str], ChunkTiming
         elif kind == "optimizer":
             if node.hbm_bytes not in opt_memo:
                 opt_memo[node.hbm_bytes] = optimizer_s(node.hbm_bytes)
-            dur = opt_memo[node.hbm_bytes]
             extra = tuple(tails.get(s, ())) if node.after_tails else ()
-            tid = push(node.id, "", sid(s, node.stream), dur, deps + extra, (), "optimizer")
+            tid = push(node.id, "", sid(s, node.stream), opt_memo[node.hbm_bytes],
+                       deps + extra, (), "optimizer")
         else:
             after: tuple[tuple[int, float], ...] = ()
             if node.release is not None:
@@ -185,15 +196,14 @@ def run_program(program: StepProgram, timings: dict[tuple[int, str], ChunkTiming
                 sn = program.nodes[src]
                 t_dur, _, _, done = passes[(sn.v, sn.phase)]
                 after = ((task_of[src], done.get(layer, t_dur)),)
-            key = node.comms
-            if key not in comm_memo:
-                comm_memo[key] = comm_s(node)
-            dur = comm_memo[key]
+            if node.comms not in comm_memo:
+                comm_memo[node.comms] = comm_s(node)
             cat = dp_cat if kind in ("param_gather", "grad_reduce") else pp_cat
-            tid = push(node.id, "", sid(s, node.stream), dur, deps, after, cat)
+            tid = push(node.id, "", sid(s, node.stream), comm_memo[node.comms], deps, after,
+                       cat)
         task_of.append(tid)
-    return FlatRun(program, node_l, tail_l, stream_l, names, dur_l, start, end, binding,
-                   prev_l, deps_l, after_l, breakdown, cat_l)
+    return FlatRun(program, ls.node, ls.tail, ls.stream, ls.names, ls.dur, ls.start, ls.end,
+                   ls.binding, ls.prev, ls.deps, ls.after, breakdown, ls.cat)
 
 
 def timeline_of(run: FlatRun) -> Timeline:

@@ -47,6 +47,7 @@ from typing import Literal, NamedTuple
 from codesign.ir import Op
 from codesign.workload.schedules import (
     SPLIT_BACKWARD,
+    Step,
     inflight_window,
     period,
     schedule,
@@ -209,121 +210,141 @@ def _release_order(buckets: Sequence[tuple[int, float, float]]) -> list[int]:
 def build_step_program(shape: StepShape) -> StepProgram:
     """The step program of ``shape`` (cached: identical plans share one program)."""
     pp, vpp, n = shape.pp, shape.vpp, shape.num_microbatches
-    nv = pp * vpp
     orders = schedule(shape.schedule, pp, vpp, n)
-    split = shape.schedule in SPLIT_BACKWARD
-    zero = shape.zero
     multi = shape.dense_n > 1 or shape.expert_n > 1
-    sync_grads = zero < 3 and multi
-    gather_params = zero in (1, 2) and multi
-    send_bytes, gathered = shape.message
-    send_comms = (Collective("p2p", "pp", send_bytes),)
-    gather_comms = (Collective("all_gather", "tp", gathered),)
+    gather_params = shape.zero in (1, 2) and multi
     em = _Emitter()
-
     # ZeRO-1/2 overlapped parameter gathers: first on each stage's dp stream
     first_bucket: dict[tuple[int, int], int] = {}
     if gather_params and shape.overlap_param_gather:
         for s in range(pp):
             for c in range(vpp):
-                v = c * pp + s
-                for i, (layer, dense, expert) in enumerate(shape.buckets[v]):
-                    k = em.add("param_gather", s, "dp", v=v, chunk=c, layer=layer, bucket=i,
-                               comms=_bucket_comms("all_gather", shape.dense_grp, dense,
-                                                   shape.expert_grp, expert, PARAM_BYTES))
+                for k in _param_gathers(em, shape, s, c, ()):
                     first_bucket.setdefault((s, c), k)
-
-    ids: dict[tuple[str, int, int], int] = {}  # (phase, mb, v) -> pass node
-    sends: dict[tuple[str, int, int], int] = {}  # (phase, mb, sender v) -> send node
-    waiting: dict[tuple[str, int, int], list[int]] = {}
-    pos = [0] * pp
-    seen: set[tuple[int, int]] = set()
-    last_b: dict[tuple[int, int], int] = {}  # (stage, chunk) -> last gradient pass node
-    last_pos: dict[tuple[int, int], int] = {}
-    grad_phase = "W" if split else "B"
-    ready = list(range(pp))
-    while ready:
-        s = ready.pop()
-        order = orders[s]
-        i = pos[s]
-        while i < len(order):
-            ph, mb, c = order[i]
-            v = c * pp + s
-            deps: list[int] = []
-            if ph == "W":
-                deps.append(ids[("B", mb, v)])
-            else:
-                up = v - 1 if ph == "F" else v + 1
-                if 0 <= up < nv:
-                    if up % pp == s:  # the neighbouring chunk lives on this stage
-                        key = (ph, mb, up)
-                        if key not in ids:
-                            waiting.setdefault(key, []).append(s)
-                            break
-                        deps.append(ids[key])
-                    else:
-                        key = (ph, mb, up)
-                        if key not in sends:
-                            waiting.setdefault(key, []).append(s)
-                            break
-                        dep = sends[key]
-                        if gathered:
-                            dep = em.add("recv_gather", s, "compute", deps=(dep,), phase=ph,
-                                         mb=mb, v=up, peer=up % pp, comms=gather_comms)
-                        deps.append(dep)
-            if ph == "F" and (s, c) not in seen:
-                seen.add((s, c))
-                if (s, c) in first_bucket:
-                    deps.append(first_bucket[(s, c)])
-            nid = em.add("pass", s, "compute", deps=tuple(deps), phase=ph, mb=mb, v=v, chunk=c)
-            ids[(ph, mb, v)] = nid
-            if ph == grad_phase:
-                last_b[(s, c)] = nid
-                last_pos[(s, c)] = i
-            down = v + 1 if ph == "F" else v - 1 if ph == "B" else -1
-            if 0 <= down < nv and down % pp != s and ph != "W":
-                stream = ("send_fwd" if ph == "F" else "send_bwd") if shape.overlap_p2p \
-                    else "compute"
-                sends[(ph, mb, v)] = em.add(
-                    "send", s, stream, deps=(nid,), phase=ph, mb=mb, v=v, chunk=c,
-                    peer=down % pp, comms=send_comms)
-                ready.extend(waiting.pop((ph, mb, v), ()))
-            else:
-                ready.extend(waiting.pop((ph, mb, v), ()))
-            i += 1
-        pos[s] = i
-    if any(pos[s] != len(orders[s]) for s in range(pp)):  # pragma: no cover - schedule bug
-        raise RuntimeError(f"schedule {shape.schedule} pp={pp} vpp={vpp} n={n} deadlocks")
-
+    passes = _Passes(em, shape, orders, first_bucket)
+    passes.emit()
     for s in range(pp):
-        last = ids[(orders[s][-1][0], orders[s][-1][1], orders[s][-1][2] * pp + s)]
-        grads: list[int] = []
-        if sync_grads:
-            kind = "all_reduce" if zero == 0 else "reduce_scatter"
-            for c in sorted(range(vpp), key=lambda c: last_pos[(s, c)]):
-                v = c * pp + s
-                bl = shape.buckets[v]
-                for i in _release_order(bl):
-                    layer, dense, expert = bl[i]
-                    comms = _bucket_comms(kind, shape.dense_grp, dense, shape.expert_grp,
-                                          expert, GRAD_REDUCE_BYTES)
-                    if shape.overlap_grad_reduce:
-                        k = em.add("grad_reduce", s, "dp", v=v, chunk=c, layer=layer, bucket=i,
-                                   comms=comms, release=(last_b[(s, c)], layer))
-                    else:
-                        k = em.add("grad_reduce", s, "dp", deps=(last,), v=v, chunk=c,
-                                   layer=layer, bucket=i, comms=comms)
-                    grads.append(k)
+        o = orders[s][-1]
+        last = passes.ids[(o[0], o[1], o[2] * pp + s)]
+        grads = _grad_buckets(em, shape, s, last, passes) if shape.zero < 3 and multi else []
         opt = em.add("optimizer", s, "compute", deps=(last, *grads), after_tails=True,
                      hbm_bytes=shape.opt_bytes[s])
         if gather_params and not shape.overlap_param_gather:
             for c in range(vpp):
-                v = c * pp + s
-                for i, (layer, dense, expert) in enumerate(shape.buckets[v]):
-                    em.add("param_gather", s, "dp", deps=(opt,), v=v, chunk=c, layer=layer,
-                           bucket=i, comms=_bucket_comms("all_gather", shape.dense_grp, dense,
-                                                        shape.expert_grp, expert, PARAM_BYTES))
+                _param_gathers(em, shape, s, c, (opt,))
     return StepProgram(shape, tuple(em.nodes))
+
+
+def _param_gathers(em: _Emitter, shape: StepShape, s: int, c: int,
+                   deps: tuple[int, ...]) -> list[int]:
+    """One parameter all-gather per bucket of chunk ``c`` of stage ``s`` on its dp stream."""
+    v = c * shape.pp + s
+    return [em.add("param_gather", s, "dp", deps=deps, v=v, chunk=c, layer=layer, bucket=i,
+                   comms=_bucket_comms("all_gather", shape.dense_grp, dense, shape.expert_grp,
+                                       expert, PARAM_BYTES))
+            for i, (layer, dense, expert) in enumerate(shape.buckets[v])]
+
+
+def _grad_buckets(em: _Emitter, shape: StepShape, s: int, last: int,
+                  passes: _Passes) -> list[int]:
+    """Gradient buckets of stage ``s`` in the order its chunks' last gradient passes release
+    them (overlapped: each from its layer's point in that pass; else after ``last``)."""
+    kind = "all_reduce" if shape.zero == 0 else "reduce_scatter"
+    out = []
+    for c in sorted(range(shape.vpp), key=lambda c: passes.last_pos[(s, c)]):
+        v = c * shape.pp + s
+        bl = shape.buckets[v]
+        for i in _release_order(bl):
+            layer, dense, expert = bl[i]
+            comms = _bucket_comms(kind, shape.dense_grp, dense, shape.expert_grp, expert,
+                                  GRAD_REDUCE_BYTES)
+            if shape.overlap_grad_reduce:
+                out.append(em.add("grad_reduce", s, "dp", v=v, chunk=c, layer=layer, bucket=i,
+                                  comms=comms, release=(passes.last_b[(s, c)], layer)))
+            else:
+                out.append(em.add("grad_reduce", s, "dp", deps=(last,), v=v, chunk=c,
+                                  layer=layer, bucket=i, comms=comms))
+    return out
+
+
+class _Passes:
+    """Emits every stage's passes (with sends and receive gathers) in an order where each
+    dependency comes first: stages advance in turn until they wait for another stage."""
+
+    def __init__(self, em: _Emitter, shape: StepShape, orders: list[list[Step]],
+                 first_bucket: dict[tuple[int, int], int]) -> None:
+        self.em, self.shape, self.orders, self.first_bucket = em, shape, orders, first_bucket
+        self.ids: dict[tuple[str, int, int], int] = {}  # (phase, mb, v) -> pass node
+        self.sends: dict[tuple[str, int, int], int] = {}  # (phase, mb, sender v) -> send
+        self.waiting: dict[tuple[str, int, int], list[int]] = {}
+        self.seen: set[tuple[int, int]] = set()
+        self.last_b: dict[tuple[int, int], int] = {}  # (stage, chunk) -> last gradient pass
+        self.last_pos: dict[tuple[int, int], int] = {}
+        self.grad_phase = "W" if shape.schedule in SPLIT_BACKWARD else "B"
+        send_bytes, self.gathered = shape.message
+        self.send_comms = (Collective("p2p", "pp", send_bytes),)
+        self.gather_comms = (Collective("all_gather", "tp", self.gathered),)
+        self.ready = list(range(shape.pp))
+
+    def emit(self) -> None:
+        pos = [0] * self.shape.pp
+        while self.ready:
+            s = self.ready.pop()
+            order = self.orders[s]
+            i = pos[s]
+            while i < len(order) and self._pass(s, i, *order[i]):
+                i += 1
+            pos[s] = i
+        if any(pos[s] != len(self.orders[s]) for s in range(self.shape.pp)):  # pragma: no cover
+            raise RuntimeError(f"schedule {self.shape.schedule} deadlocks")
+
+    def _input(self, s: int, ph: str, mb: int, v: int) -> int | None:
+        """The node pass ``(ph, mb, v)`` waits for from its neighbouring chunk: -1 none,
+        None not emitted yet (the stage waits)."""
+        if ph == "W":
+            return self.ids[("B", mb, v)]
+        pp = self.shape.pp
+        up = v - 1 if ph == "F" else v + 1
+        if not 0 <= up < pp * self.shape.vpp:
+            return -1
+        key = (ph, mb, up)
+        table = self.ids if up % pp == s else self.sends
+        if key not in table:
+            self.waiting.setdefault(key, []).append(s)
+            return None
+        dep = table[key]
+        if up % pp != s and self.gathered:
+            dep = self.em.add("recv_gather", s, "compute", deps=(dep,), phase=ph, mb=mb, v=up,
+                              peer=up % pp, comms=self.gather_comms)
+        return dep
+
+    def _pass(self, s: int, i: int, ph: str, mb: int, c: int) -> bool:
+        """Emit pass ``i`` of stage ``s`` (and its send); False when it must wait."""
+        shape, em = self.shape, self.em
+        pp = shape.pp
+        v = c * pp + s
+        dep = self._input(s, ph, mb, v)
+        if dep is None:
+            return False
+        deps = [dep] if dep >= 0 else []
+        if ph == "F" and (s, c) not in self.seen:
+            self.seen.add((s, c))
+            if (s, c) in self.first_bucket:
+                deps.append(self.first_bucket[(s, c)])
+        nid = em.add("pass", s, "compute", deps=tuple(deps), phase=ph, mb=mb, v=v, chunk=c)
+        self.ids[(ph, mb, v)] = nid
+        if ph == self.grad_phase:
+            self.last_b[(s, c)] = nid
+            self.last_pos[(s, c)] = i
+        down = v + 1 if ph == "F" else v - 1 if ph == "B" else -1
+        if 0 <= down < pp * shape.vpp and down % pp != s:
+            stream = ("send_fwd" if ph == "F" else "send_bwd") if shape.overlap_p2p \
+                else "compute"
+            self.sends[(ph, mb, v)] = em.add("send", s, stream, deps=(nid,), phase=ph, mb=mb,
+                                             v=v, chunk=c, peer=down % pp,
+                                             comms=self.send_comms)
+        self.ready.extend(self.waiting.pop((ph, mb, v), ()))
+        return True
 
 
 def sample_counts(kind: str, pp: int, n: int) -> tuple[int, int] | None:
