@@ -62,10 +62,10 @@ from codesign import __version__
 from codesign.api import build_models
 from codesign.engine.training import GRAD_REDUCE_BYTES, PARAM_BYTES
 from codesign.errors import InfeasiblePlan, SpecError
+from codesign.groups import GROUP_NAMES, group_dims
 from codesign.hardware.compute import ComputeModel
 from codesign.ir import Op
 from codesign.network.model import NetworkModel
-from codesign.network.placement import group_dims
 from codesign.specs.run import TrainingRun
 from codesign.specs.topology import FullFlatTopology
 from codesign.trace.schema import (
@@ -94,8 +94,8 @@ COMM_KINDS: dict[str, int] = {
     "reduce_scatter": COMM_TYPE["REDUCE_SCATTER"], "all_to_all": COMM_TYPE["ALL_TO_ALL"],
     "broadcast": COMM_TYPE["BROADCAST"],
 }
-#: order in which group kinds get their ids
-_GROUP_ORDER = ("tp", "cp", "ep", "tp_cp", "dp", "dp_cp", "edp", "edp_cp", "pp", "world")
+#: order in which group kinds get their ids: the group table's
+_GROUP_ORDER = GROUP_NAMES
 _FWD, _BWD = 0, 1
 
 Slot = tuple[str, tuple[str, ...]]  # ("group", layout dims) | ("self"|"next"|"prev", ())
