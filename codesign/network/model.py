@@ -162,10 +162,9 @@ class NetworkModel:
         *,
         measured: CollectiveTable | None = None,
     ) -> None:
-        if algorithm not in registry.selectable_names():
+        if algorithm not in ALGORITHMS:
             raise ValueError(
-                f"unknown collective algorithm '{algorithm}'; allowed: "
-                f"{', '.join(registry.selectable_names())}"
+                f"unknown collective algorithm '{algorithm}'; allowed: {', '.join(ALGORITHMS)}"
             )
         self.topology = topology
         self.layout = layout
