@@ -38,7 +38,11 @@ from codesign.network.algorithms.base import Entity, by_domain
 from codesign.network.algorithms.tree import log2_steps
 from codesign.network.faults import ScaledCosts, parse_failed
 from codesign.network.flows import collective_entities
-from codesign.specs.parallel import COLLECTIVE_ALGORITHMS, ParallelismSpec
+from codesign.specs.parallel import (
+    BUILTIN_COLLECTIVE_ALGORITHMS,
+    COLLECTIVE_ALGORITHMS,
+    ParallelismSpec,
+)
 from codesign.specs.run import TrainingRun
 from codesign.specs.topology import FullFlatTopology, ScaleOutSpec, ScaleUpSpec, TwoTierTopology
 
@@ -169,7 +173,10 @@ def test_every_module_registers_its_algorithm_and_the_plan_names_are_the_registr
                                          "direct", "measured"}
     for cls in classes:
         assert type(algorithm(cls.name)) is cls
-    # the names a plan may request (stated at the spec layer) are exactly the selectable ones
+    # the names a plan may request (the built-in ones stated at the spec layer, which may not
+    # import the registry) are exactly the selectable ones
+    assert sorted(BUILTIN_COLLECTIVE_ALGORITHMS) == sorted(c.name for c in classes
+                                                          if c.selectable)
     assert sorted(COLLECTIVE_ALGORITHMS) == sorted(selectable_names())
     assert flag_of("collective_algorithm").kwargs["choices"] is COLLECTIVE_ALGORITHMS
     assert [a.name for a in flat_algorithms()] == ["ring", "tree", "in_network"]

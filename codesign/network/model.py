@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from codesign.network import algorithms as registry
+from codesign.network.algorithms.base import CollectiveAlgorithm
 from codesign.network.algorithms.direct import all_to_all, p2p
 from codesign.network.algorithms.hierarchical import HIERARCHICAL_PHASES, hierarchical
 from codesign.network.placement import (
@@ -170,6 +171,7 @@ class NetworkModel:
         self.layout = layout
         self.algorithm = algorithm
         self._requested = registry.algorithm(algorithm)
+        self._choices: dict[tuple[str, Tier], tuple[CollectiveAlgorithm, ...]] = {}
         self.measured = measured
         self._placements: dict[str, GroupPlacement] = {}
         self._out_tiers: dict[str, Tier] = {}
@@ -325,11 +327,20 @@ class NetworkModel:
         """Fastest requested flat algorithm for ``kind`` on ``tier``."""
         bw = tier.bw(size)
         best = CommCost(math.inf, "none", tier.name)
-        for alg in self._requested.flat_choices(tier.algorithms(kind)):
-            t = registry.flat_time(kind, alg, size, n, bw, tier.alpha)
+        for alg in self._flat_choices(kind, tier):
+            t = alg.time(kind, size, n, bw, tier.alpha)
             if t < best.time_s:
-                best = CommCost(t, alg, tier.name)
+                best = CommCost(t, alg.name, tier.name)
         return best
+
+    def _flat_choices(self, kind: str, tier: Tier) -> tuple[CollectiveAlgorithm, ...]:
+        """The flat algorithms the requested one prices for ``kind`` on ``tier`` (cached)."""
+        key = (kind, tier)
+        hit = self._choices.get(key)
+        if hit is None:
+            names = self._requested.flat_choices(tier.algorithms(kind))
+            hit = self._choices[key] = tuple(registry.algorithm(a) for a in names)
+        return hit
 
     def _best_hierarchical(
         self, kind: str, k: int, m: int, size: float, up: Tier, out: Tier

@@ -11,11 +11,16 @@ from codesign.specs.base import Spec
 Dim = Literal["tp", "cp", "ep", "dp", "pp"]
 DEFAULT_PLACEMENT: tuple[Dim, ...] = ("tp", "cp", "ep", "dp", "pp")
 
-COLLECTIVE_ALGORITHMS: list[str] = ["auto", "ring", "tree", "hierarchical", "in_network"]
-"""Collective algorithms a plan may request: the selectable algorithms of the network layer's
-registry (:mod:`codesign.network.algorithms`), which adds every one it registers to this list.
-The built-in names are stated here so that a plan validates without the network package
-loaded; the registry's tests check they are exactly its built-in modules'."""
+BUILTIN_COLLECTIVE_ALGORITHMS: tuple[str, ...] = ("auto", "ring", "tree", "hierarchical",
+                                                  "in_network")
+"""The selectable algorithms of the network layer's built-in modules
+(:mod:`codesign.network.algorithms`), stated here so that a plan validates without the network
+package loaded (the spec layer may not import it); ``tests/test_algorithms.py`` checks they
+are exactly the modules'."""
+
+COLLECTIVE_ALGORITHMS: list[str] = list(BUILTIN_COLLECTIVE_ALGORITHMS)
+"""Collective algorithms a plan may request (a live list): the built-in ones, and every
+selectable algorithm registered since (the registry appends it)."""
 
 
 class ParallelismSpec(Spec):

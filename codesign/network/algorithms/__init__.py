@@ -6,10 +6,11 @@ with :func:`register`; every module here is imported when the package is. The ne
 (:mod:`codesign.network.model`), the flow model (:mod:`codesign.network.flows`), the faulted
 costs (:mod:`codesign.network.faults`), the per-rank engine's link factors, the plan spec
 (``ParallelismSpec.collective_algorithm``) and the CLI (``--collective-algorithm``) all read
-this registry, so a new algorithm is one module here (and, if plans should name it before
-the network package is imported, its name in
-:data:`codesign.specs.parallel.COLLECTIVE_ALGORITHMS`). An algorithm registered from
-elsewhere (a plug-in, a test) works the same way.
+this registry, so a new algorithm is one module here, plus its name in
+:data:`codesign.specs.parallel.BUILTIN_COLLECTIVE_ALGORITHMS` (the spec layer may not import
+this package, so it states the built-in names a plan may request; a test checks they are the
+modules'). An algorithm registered from elsewhere (a plug-in, a test) is one class: its
+registration adds its name to the plan's allowed names.
 
 Built-in: ``ring``, ``tree``, ``in_network``, ``hierarchical`` and ``auto`` (the fastest) may
 be requested by a plan; ``direct`` (p2p, all-to-all) and ``measured`` (a measured table's
