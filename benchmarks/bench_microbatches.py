@@ -1,6 +1,7 @@
 """Micro-batch benchmark (issue 11, item 7): the engine's cost must not grow with the number
 of micro-batches. For catalog models and plans, print the in-process time of one
-``simulate_run`` (best of 3, after a warm-up call) at a small and at a huge global batch, the
+``simulate_run`` (best of 3 after a warm-up call, each with a cold step-program cache) at a
+small and at a huge global batch, the
 step time of the extended (periodic) simulation against the exact micro-batch-by-micro-batch
 one where that is affordable, and the whole-process time of ``codesign simulate`` at a
 billion-sequence global batch.
@@ -19,6 +20,7 @@ from typing import Any
 
 from codesign.api import build_models, build_run, simulate_run
 from codesign.engine.training import simulate_step
+from codesign.workload.step_program import build_step_program
 
 CASES: list[tuple[str, str, int, dict[str, Any]]] = [
     ("megatron-22b", "a100", 64, dict(tp=8, pp=1, recompute="full")),
@@ -33,9 +35,12 @@ CASES: list[tuple[str, str, int, dict[str, Any]]] = [
 
 
 def _best(fn: Any, repeat: int = 3) -> tuple[float, Any]:
+    """Best of ``repeat`` calls after a warm-up, each with a cold step-program cache (as the
+    first call for a plan in a sweep)."""
     out = fn()
     best = float("inf")
     for _ in range(repeat):
+        build_step_program.cache_clear()
         t0 = time.perf_counter()
         out = fn()
         best = min(best, time.perf_counter() - t0)

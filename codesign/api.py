@@ -106,9 +106,10 @@ def simulate_run(run: TrainingRun) -> TrainingReport:
     return simulate_detailed(run).report
 
 
-def simulate_detailed(run: TrainingRun) -> Simulation:
+def simulate_detailed(run: TrainingRun, *, exact: bool = False) -> Simulation:
     """:func:`simulate_run`, also returning the graph, the models and the engine's step (for
-    timelines and traces)."""
+    timelines and traces). ``exact``: run every micro-batch, so the step's timeline holds
+    them all (same step time; see :func:`codesign.engine.training.simulate_step`)."""
     try:
         graph, compute, network = build_models(run)
     except (InfeasiblePlan, ValueError) as exc:
@@ -117,7 +118,7 @@ def simulate_detailed(run: TrainingRun) -> Simulation:
     mem = memory_per_gpu(graph, network.group_size(dense_grp), network.group_size(expert_grp))
     if mem.total > run.gpu.memory_bytes:
         return Simulation(out_of_memory_report(run, mem), graph, compute, network)
-    step = simulate_step(graph, compute, network)
+    step = simulate_step(graph, compute, network, exact=exact)
     report = training_report(
         run, graph, step_time_s=step.step_time_s, breakdown_s=step.breakdown_s,
         critical_stage=step.critical_stage, memory_gib=memory_gib(mem),

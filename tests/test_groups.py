@@ -28,7 +28,7 @@ def test_the_table_states_what_the_four_former_tables_stated() -> None:
         "tp": ("tp",), "cp": ("cp",), "ep": ("ep",), "dp": ("ep", "dp"),
         "dp_cp": ("cp", "ep", "dp"), "edp": ("dp",), "edp_cp": ("cp", "dp"), "pp": ("pp",),
         "tp_cp": ("tp", "cp"), "world": ("tp", "cp", "ep", "dp", "pp")}
-    # trace.chakra's group-id order
+    # the Chakra exporter's group-id order
     assert GROUP_NAMES == ("tp", "cp", "ep", "tp_cp", "dp", "dp_cp", "edp", "edp_cp", "pp",
                            "world")
 
@@ -58,11 +58,11 @@ def test_workload_group_sizes_follow_the_table() -> None:
 def test_consumers_read_the_table() -> None:
     from codesign import ir
     from codesign.network import placement
-    from codesign.trace import chakra
+    from codesign.trace import chakra_ranks
 
     assert ir.GROUP_STREAM is groups.GROUP_STREAM
     assert placement.GROUP_DIMS is groups.GROUP_DIMS and placement.group_dims is group_dims
-    assert chakra._GROUP_ORDER is GROUP_NAMES
+    assert chakra_ranks.GROUP_ORDER is GROUP_NAMES
     for g in GROUPS:
         assert Op(name="x", kind="comm", category="forward", layer=0, group=g.name).stream \
             == g.stream

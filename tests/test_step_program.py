@@ -217,3 +217,17 @@ def test_in_order_executor_equals_the_simpy_oracle(plan: dict[str, object]) -> N
     assert fast.timeline.start == oracle.timeline.start
     assert fast.timeline.end == oracle.timeline.end
     assert fast.breakdown_s == oracle.breakdown_s
+
+
+def test_extension_on_a_real_plan_whose_increments_cycle_with_period_pp() -> None:
+    """GPT-3 175B, TP8 PP8, 1F1B: the per-micro-batch increment of the step cycles with
+    period pp (checking only the last micro-batch once accepted a wrong extension)."""
+    from codesign.api import build_models, build_run
+
+    run = build_run(model="gpt3-175b", gpu="h100", num_gpus=64, tp=8, pp=8,
+                    global_batch_size=64)
+    graph, compute, network = build_models(run)
+    fast = simulate_step(graph, compute, network)
+    exact = simulate_step(graph, compute, network, exact=True)
+    assert fast.extension == "periodic" and fast.simulated_microbatches < 64
+    assert fast.step_time_s == pytest.approx(exact.step_time_s, rel=1e-9)

@@ -20,22 +20,24 @@ from conftest import tiny_model
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.internal.decoder import _DecodeVarint32
 
-from codesign.api import build_run
+from codesign.api import build_run, simulate_detailed
 from codesign.cli import main
 from codesign.errors import InfeasiblePlan, SpecError
 from codesign.network.model import NetworkModel
 from codesign.specs.run import TrainingRun
 from codesign.trace import schema
-from codesign.trace.chakra import _rounded_us, export_chakra, network_yaml, system_json
-from codesign.trace.perfetto import simulate_with_step
+from codesign.trace.chakra import export_chakra, network_yaml, rounded_us, system_json
+from codesign.trace.perfetto import chrome_trace, simulate_with_step, slices
 from codesign.trace.reader import summarize
+from codesign.workload.step_program import split_backward
 from codesign.workload.training import TrainingGraph, build_training_graph, state_groups
 
 DESC = Path(__file__).parent / "data" / "chakra_et_def.desc"
 GRAD_BYTES, PARAM_BYTES = 4.0, 2.0  # fp32 gradients reduced, bf16 parameters gathered
 
-# three small plans that exercise every wiring rule: SP + ZeRO-1 overlapped; CP + ZeRO-3 +
-# interleaving; MoE with EP, ZeRO-1 without overlap
+# small plans that exercise every wiring rule: SP + ZeRO-1 overlapped; CP + ZeRO-3 +
+# interleaving; MoE with EP, ZeRO-1 without overlap; zero-bubble ZB-H1 (backward split into
+# input-gradient B and weight-gradient W passes)
 PLANS: dict[str, dict[str, Any]] = {
     "sp_zero1": dict(model=tiny_model(), num_gpus=16, tp=2, pp=2, micro_batch_size=1,
                      global_batch_size=16, sequence_parallel=True),
@@ -45,6 +47,8 @@ PLANS: dict[str, dict[str, Any]] = {
                                          "expert_ffn_hidden_size": 512}),
                    num_gpus=16, tp=2, pp=2, ep=2, micro_batch_size=1, global_batch_size=16,
                    overlap_grad_reduce=False, overlap_param_gather=False),
+    "zb_h1": dict(model=tiny_model(), num_gpus=8, tp=2, pp=2, micro_batch_size=1,
+                  global_batch_size=16, sequence_parallel=True, schedule="zb-h1"),
 }
 
 
@@ -230,7 +234,7 @@ def test_record_framing_round_trip() -> None:
 
 def test_rounded_durations_keep_running_sums() -> None:
     durations = [0.4e-6, 0.4e-6, 0.4e-6, 2.6e-6, 0.0, 1.5e-6, 1e-3]
-    out = _rounded_us(durations)
+    out = rounded_us(durations)
     exact = 0.0
     for i, d in enumerate(durations):
         exact += d * 1e6
@@ -284,7 +288,7 @@ def test_groups_list_exactly_the_ranks_of_each_group(exported: dict[str, Any],
     groups = json.loads(Path(f"{e['prefix']}.groups.json").read_text())
     assert all(isinstance(k, str) for k in groups)
     used_kinds = {"sp_zero1": ["tp", "dp"], "cp_zero3_vpp": ["tp", "cp", "dp_cp"],
-                  "moe_ep": ["tp", "ep", "dp", "edp"]}[name]
+                  "moe_ep": ["tp", "ep", "dp", "edp"], "zb_h1": ["tp", "dp"]}[name]
     expected = {members(run, r, g) for r in range(run.num_gpus) for g in used_kinds}
     assert {tuple(v) for v in groups.values()} == expected
     assert len(groups) == len(expected)  # one id per distinct group
@@ -317,6 +321,27 @@ def test_sends_pair_with_receives_on_the_neighbour_stage(exported: dict[str, Any
             (sends if n.type == nt["COMM_SEND_NODE"] else recvs)[key] += 1
     assert sends and sends == recvs
     assert max(sends.values()) == 1  # tags are unique per micro-batch, stage, direction
+
+
+def test_zb_h1_weight_gradient_passes_are_compute_nodes(exported: dict[str, Any]) -> None:
+    """ZB-H1 splits each backward into B (input gradients) and W (weight gradients): every
+    micro-batch's W pass is the chunk's weight-gradient kernels, after its own B pass."""
+    e = exported["zb_h1"]
+    run, graph = e["run"], e["graph"]
+    comp = schema.enum_values("NodeType")["COMP_NODE"]
+    for stage in range(run.parallel.pp):
+        _, nodes = decode(Path(f"{e['prefix']}.{stage * run.num_gpus // 2}.et"))
+        (chunk,) = graph.stage_chunks(stage)
+        kernels = [o for o in split_backward(chunk.backward)[1] if o.kind != "comm"]
+        assert kernels and all(o.role == "wgrad" for o in kernels)
+        want = [o.name + (f".l{o.layer}" if o.layer >= 0 else "") for o in kernels]
+        for mb in range(graph.num_microbatches):
+            w = [n for n in nodes if n.name.startswith(f"W{mb}.") and n.type == comp]
+            assert [n.name.removeprefix(f"W{mb}.") for n in w] == want
+            assert sum(attrs(n)["num_ops"] for n in w) == pytest.approx(
+                sum(o.flops for o in kernels), rel=1e-12)
+            b_end = max(n.id for n in nodes if n.name.startswith(f"B{mb}.") and n.type == comp)
+            assert b_end in w[0].data_deps
 
 
 def test_metadata_records_version_and_spec(exported: dict[str, Any]) -> None:
@@ -454,6 +479,12 @@ def replay_step_s(prefix: Path) -> float:
     dict(model="llama3-8b", num_gpus=8, tp=2, pp=2, vpp=2, global_batch_size=8,
          zero_stage=0, sequence_parallel=False, pipeline_scatter_gather=True,
          overlap_p2p=False),
+    # zero-bubble ZB-H1 (Qi et al. 2023): B and W passes; overlapped buckets released by W
+    dict(model="llama3-8b", num_gpus=8, tp=2, pp=4, global_batch_size=16,
+         sequence_parallel=True, schedule="zb-h1"),
+    dict(model="llama3-8b", num_gpus=8, tp=2, pp=2, global_batch_size=8, zero_stage=0,
+         sequence_parallel=False, pipeline_scatter_gather=True, overlap_p2p=False,
+         overlap_grad_reduce=False, schedule="zb-h1"),
 ])
 def test_replaying_the_trace_gives_the_engines_step_time(tmp_path: Path,
                                                          plan: dict[str, Any]) -> None:
@@ -623,3 +654,34 @@ def test_simulate_trace_writes_a_perfetto_timeline(tmp_path: Path,
                 open_ends.pop()
             assert not open_ends or e["ts"] + e["dur"] <= open_ends[-1] + 1e-3, e
             open_ends.append(e["ts"] + e["dur"])
+
+
+def test_perfetto_zb_h1_shows_every_micro_batch_and_weight_gradient_slices() -> None:
+    run = build_run(model="llama3-8b", gpu="h100", num_gpus=8, tp=2, pp=2,
+                    micro_batch_size=1, global_batch_size=160, schedule="zb-h1")
+    n_mb = 80
+    engine = simulate_detailed(run).step
+    assert engine is not None and engine.simulated_microbatches < n_mb  # a steady state extended
+    report, step, graph, network = simulate_with_step(run)
+    assert step is not None and graph is not None and network is not None
+    assert step.simulated_microbatches == graph.num_microbatches == n_mb
+    trace = chrome_trace(graph, step, network)
+    xs = list(slices(trace))
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    passes = [e for e in xs if "virtual_stage" in e["args"] and "kind" not in e["args"]]
+    want = {(f"{ph}{mb}.v{s}", s) for ph, mb, s in product("FBW", range(n_mb), range(2))}
+    assert {(e["name"], e["pid"]) for e in passes} == want and len(passes) == len(want)
+    w = [e for e in passes if e["name"].startswith("W")]
+    assert all(e["args"]["phase"] == "weight_gradient" for e in w)
+    assert all(names[(e["pid"], e["tid"])] == "compute" for e in w)
+    for p in w[:4]:  # its weight-gradient kernels nest inside it
+        kids = [e for e in xs if e["pid"] == p["pid"] and e["tid"] == p["tid"]
+                and e["name"].endswith(" " + p["name"])]
+        assert kids and sum(k["args"]["flops"] for k in kids) == pytest.approx(
+            p["args"]["flops"])
+        assert all(p["ts"] <= k["ts"] and k["ts"] + k["dur"] <= p["ts"] + p["dur"] + 1e-3
+                   for k in kids)
+    end = max(e["ts"] + e["dur"] for e in xs)
+    assert report.step_time_s is not None
+    assert end == pytest.approx(report.step_time_s * 1e6, rel=1e-9)

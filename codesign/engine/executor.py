@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -45,7 +45,7 @@ class Task(NamedTuple):
 class Timeline:
     """Start/end (seconds) of every task, by task id, and what released each task last."""
 
-    tasks: tuple[Task, ...]
+    tasks: Sequence[Task]
     start: tuple[float, ...]
     end: tuple[float, ...]
     binding: tuple[int, ...]  # id of the dependency that released the task; -1: its stream
@@ -227,6 +227,24 @@ def attribute(tl: Timeline, stream: str, until: float | None = None) -> dict[str
     rest of the gap to ``bubble`` (waiting for compute elsewhere, e.g. other pipeline stages).
     """
     horizon = tl.makespan if until is None else until
+    tasks = tl.tasks
+    own = sorted((t.id for t in tasks if t.stream == stream), key=lambda i: tl.start[i])
+    last = max((i for i in range(len(tasks)) if tasks[i].stream != stream),
+               key=lambda i: tl.end[i], default=-1)
+    return attribute_stream(
+        own, last, horizon, tl.start, tl.end, tl.binding, tl.stream_prev,
+        category=lambda i: tasks[i].category,
+        breakdown=lambda i: (tasks[i].duration, tasks[i].breakdown))
+
+
+def attribute_stream(own: Sequence[int], last: int, horizon: float, start: Sequence[float],
+                     end: Sequence[float], binding: Sequence[int], stream_prev: Sequence[int],
+                     category: Callable[[int], str],
+                     breakdown: Callable[[int], tuple[float, tuple[tuple[str, float], ...]]]
+                     ) -> dict[str, float]:
+    """:func:`attribute` on plain lists: ``own`` are the stream's task ids by start time,
+    ``last`` the task of another stream that ends last (-1: none), ``category(i)`` a task's
+    category and ``breakdown(i)`` its ``(duration, breakdown)``."""
     out: dict[str, float] = {}
 
     def add(cat: str, dt: float) -> None:
@@ -238,35 +256,33 @@ def attribute(tl: Timeline, stream: str, until: float | None = None) -> dict[str
             if tid < 0:
                 add("bubble", hi - lo)
                 return
-            t = tl.tasks[tid]
-            if not t.is_comm:
+            cat = category(tid)
+            if not cat.startswith(COMM_PREFIX):
                 add("bubble", hi - lo)
                 return
-            s, e = tl.start[tid], tl.end[tid]
+            s, e = start[tid], end[tid]
             if hi > e:
                 add("bubble", hi - max(e, lo))
                 hi = max(e, lo)
-            add(t.category, hi - max(s, lo))
+            add(cat, hi - max(s, lo))
             hi = min(hi, s)
             # a comm that waited for its own stream was queued behind the previous one
-            tid = tl.binding[tid] if tl.binding[tid] >= 0 else tl.stream_prev[tid]
+            tid = binding[tid] if binding[tid] >= 0 else stream_prev[tid]
 
     cursor = 0.0
-    own = sorted(tl.stream_tasks(stream), key=lambda t: tl.start[t.id])
-    for t in own:
-        s, e = tl.start[t.id], min(tl.end[t.id], horizon)
+    for i in own:
+        s, e = start[i], min(end[i], horizon)
         if s >= horizon:
             break
-        explain(cursor, s, tl.binding[t.id])
-        if t.breakdown:
-            scale = (e - s) / t.duration if t.duration > 0 else 0.0
-            for cat, dt in t.breakdown:
+        explain(cursor, s, binding[i])
+        duration, parts = breakdown(i)
+        if parts:
+            scale = (e - s) / duration if duration > 0 else 0.0
+            for cat, dt in parts:
                 add(cat, dt * scale)
         else:
-            add(t.category, e - s)
+            add(category(i), e - s)
         cursor = e
     if horizon > cursor:
-        last = max((i for i in range(len(tl.tasks)) if tl.tasks[i].stream != stream),
-                   key=lambda i: tl.end[i], default=-1)
         explain(cursor, horizon, last)
     return out

@@ -12,28 +12,37 @@ Symmetry: every rank of a stage (across TP, CP, EP and DP) runs the same operato
 amount of data, so one representative per stage is simulated and each collective is priced from
 its group's placement on the topology: the cost does not grow with the GPU count.
 
-Identical micro-batches: the schedule's steady state repeats every ``pp`` micro-batches. A step
-of ``n`` micro-batches is run at two shorter counts ``n_a`` and ``n_a + pp`` with the same
-remainder (:func:`~codesign.workload.step_program.sample_counts`); when every task from the
-last steady period on (the state entering the cool-down, the cool-down itself, gradient buckets
-and optimizer) of the longer run is the shorter run's shifted by one common ``Δ``, the step is
+Identical micro-batches: the schedule's steady state repeats every period (``pp`` micro-batches).
+A step of ``n`` micro-batches is run at two shorter counts ``n_a`` (past the warm-up) and
+``n_a`` + one period with the same remainder
+(:func:`~codesign.workload.step_program.sample_counts`); when every task of the trailing
+in-flight micro-batches (the state entering the cool-down), the cool-down itself, gradient
+buckets and optimizer of the longer run is the shorter run's shifted by one common ``Δ``, the
+step is
 periodic from there (the schedule's extra period maps a shifted state to a shifted state), so
-``n`` micro-batches take ``t(n_a + pp) + (k - 1)·Δ`` exactly, with the breakdown and busy times
+``n`` micro-batches take ``t(n_a + period) + (k - 1)·Δ`` exactly, with the breakdown and busy times
 extended the same way. Otherwise ``n_a`` grows until they are, or the full count is run. The
 cost is independent of the micro-batch count.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from codesign.engine.chunk import ChunkTiming, comm_category, time_chunk
-from codesign.engine.executor import Task, Timeline, attribute, execute_in_order
+from codesign.engine.executor import (
+    Task,
+    Timeline,
+    attribute,
+    attribute_stream,
+    execute_in_order,
+)
+from codesign.engine.step_run import FlatRun, run_program, timeline_of
 from codesign.hardware.compute import ComputeModel
 from codesign.ir import Op
 from codesign.network.model import NetworkModel
 from codesign.workload.dims import pipeline_message
-from codesign.workload.schedules import SPLIT_BACKWARD, period, tail_phases
+from codesign.workload.schedules import SPLIT_BACKWARD, inflight_window, period, tail_phases
 from codesign.workload.step_program import GRAD_REDUCE_BYTES as GRAD_REDUCE_BYTES
 from codesign.workload.step_program import PARAM_BYTES as PARAM_BYTES
 from codesign.workload.step_program import (
@@ -41,8 +50,8 @@ from codesign.workload.step_program import (
     StepProgram,
     StepShape,
     build_step_program,
+    pass_ops,
     sample_counts,
-    split_backward,
 )
 from codesign.workload.training import (
     ADAM_BYTES_PER_PARAM,
@@ -66,8 +75,9 @@ class StepResult:
     simulated_microbatches: int = 0  # in ``timeline`` (fewer when a steady state was extended)
     #: ``exact`` (every micro-batch run), ``periodic`` (extended from a steady state checked
     #: to repeat) or ``unverified`` (extended linearly; the steady state did not repeat
-    #: within :data:`MAX_SLIDES` periods and the count exceeds :data:`EXACT_CAP`)
+    #: within :data:`MAX_TRIES` periods and the count exceeds :data:`EXACT_CAP`)
     extension: str = "exact"
+    flat: FlatRun | None = field(default=None, repr=False, compare=False)  # the run's lists
 
 
 
@@ -99,13 +109,8 @@ def time_chunks(graph: TrainingGraph, compute: ComputeModel,
     memo: dict[Hashable, tuple[ChunkTiming, tuple[int, ...]]] = {}
     out: dict[tuple[int, str], ChunkTiming] = {}
     for c in graph.chunks:
-        passes: list[tuple[str, tuple[Op, ...]]] = [("F", c.forward)]
-        if split:
-            b_ops, w_ops = split_backward(c.backward)
-            passes += [("B", b_ops), ("W", w_ops)]
-        else:
-            passes.append(("B", c.backward))
-        for phase, ops in passes:
+        for phase in ("F", "B", "W") if split else ("F", "B"):
+            ops = pass_ops(c.forward, c.backward, phase, split)
             key = _ops_key(ops)
             if key not in memo:
                 memo[key] = (time_chunk(ops, compute.time, comm_time), c.layers)
@@ -234,10 +239,55 @@ def price_program(program: StepProgram, timings: dict[tuple[int, str], ChunkTimi
     return tasks
 
 
+def _comm_pricer(network: NetworkModel) -> Callable[[Node], float]:
+    costs: dict[tuple[str, str, float], float] = {}
+
+    def comm_s(node: Node) -> float:
+        total = 0.0
+        for c in node.comms:
+            key = (c.kind, c.group, c.bytes)
+            if key not in costs:
+                costs[key] = network.collective(c.kind, c.group, c.bytes).time_s
+            total += costs[key]
+        return total
+
+    return comm_s
+
+
 def _run(program: StepProgram, timings: dict[tuple[int, str], ChunkTiming],
          compute: ComputeModel, network: NetworkModel,
          executor: Callable[[Sequence[Task]], Timeline]) -> StepResult:
     pp = program.shape.pp
+    n = program.shape.num_microbatches
+    if executor is execute_in_order:  # the fused one-pass runner: same timeline, no tasks
+        flat = run_program(program, timings, _comm_pricer(network), lambda b: compute.time(
+            Op(name="optimizer", kind="memory", category="optimizer", layer=-1, bytes=b)))
+        starts, ends, dur = flat.start, flat.end, flat.duration
+        names, stream = flat.stream_names, flat.stream
+        stage_of = [int(x[1:].split("/", 1)[0]) for x in names]
+        on_compute = [x.endswith("/compute") for x in names]
+        step = max(ends, default=0.0)
+        stage_end = [0.0] * pp
+        busy = [0.0] * pp
+        for i, sid in enumerate(stream):
+            st = stage_of[sid]
+            if ends[i] > stage_end[st]:
+                stage_end[st] = ends[i]
+            if on_compute[sid]:
+                busy[st] += dur[i]
+        crit = max(range(pp), key=lambda s: (stage_end[s], s))
+        crit_id = names.index(f"s{crit}/compute")
+        own = sorted((i for i, sid in enumerate(stream) if sid == crit_id),
+                     key=starts.__getitem__)
+        last = max((i for i, sid in enumerate(stream) if sid != crit_id),
+                   key=ends.__getitem__, default=-1)
+        parts = attribute_stream(own, last, step, starts, ends, flat.binding, flat.stream_prev,
+                                 category=flat.category.__getitem__,
+                                 breakdown=lambda i: (dur[i], flat.breakdown.get(i, ())))
+        return StepResult(step_time_s=step, breakdown_s=parts, critical_stage=crit,
+                          stage_busy_s=tuple(busy), timeline=timeline_of(flat),
+                          chunk_timings=timings, num_microbatches=n, simulated_microbatches=n,
+                          flat=flat)
     tasks = price_program(program, timings, compute, network)
     tl = executor(tasks)
     step = tl.makespan
@@ -250,39 +300,51 @@ def _run(program: StepProgram, timings: dict[tuple[int, str], ChunkTiming],
             busy[s] += task.duration
     crit = max(range(pp), key=lambda s: (stage_end[s], s))
     parts = attribute(tl, f"s{crit}/compute", step)
-    n = program.shape.num_microbatches
     return StepResult(step_time_s=step, breakdown_s=parts, critical_stage=crit,
                       stage_busy_s=tuple(busy), timeline=tl, chunk_timings=timings,
                       num_microbatches=n, simulated_microbatches=n)
 
 
-def _task_key(task: Task, shift: int) -> Hashable:
-    meta = dict(task.meta)
-    node: Node = meta["node"]
-    mb = node.mb + shift if node.mb >= 0 else -1
-    return (node.kind, node.stage, node.phase, mb, node.v, node.layer, node.bucket,
-            meta.get("tail"))
+def _tail_tasks(r: StepResult, first: int, shift: int, phases: frozenset[str]
+                ) -> dict[Hashable, int]:
+    """Task ids of ``r``'s tasks from micro-batch ``first`` on (in ``phases``) and of every
+    task after the passes, by a key with micro-batches shifted by ``shift``; gathers that
+    precede the step are left out."""
+    if r.flat is not None:
+        nodes = r.flat.program.nodes
+        pairs: Iterable[tuple[Node, str]] = (
+            (nodes[k], tail) for k, tail in zip(r.flat.node, r.flat.tail, strict=True))
+    else:
+        pairs = ((dict(t.meta)["node"], dict(t.meta).get("tail", ""))
+                 for t in r.timeline.tasks)
+    out: dict[Hashable, int] = {}
+    for i, (node, tail) in enumerate(pairs):
+        mb = node.mb
+        if mb >= 0:
+            if mb < first or node.phase not in phases:
+                continue
+            mb += shift
+        elif node.kind == "param_gather" and not node.deps:
+            continue
+        out[(node.kind, node.stage, node.phase, mb, node.v, node.layer, node.bucket,
+             tail)] = i
+    return out
 
 
-def _periodic(a: StepResult, b: StepResult, per: int, schedule_kind: str) -> bool:
+def _periodic(a: StepResult, b: StepResult, per: int, schedule_kind: str, pp: int) -> bool:
     """Whether ``b`` (``per`` more micro-batches) is ``a`` with one more steady period: every
-    task of ``a`` from its last steady period on (and everything after the passes) ends
-    ``Δ = step(b) - step(a)`` later in ``b``."""
+    task of ``a``'s trailing in-flight window of micro-batches (the state entering the last
+    period) and everything after the passes ends ``Δ = step(b) - step(a)`` later in ``b``."""
     delta = b.step_time_s - a.step_time_s
     tol = 1e-9 * max(b.step_time_s, 1e-30)
-    ends_b = {_task_key(t, 0): b.timeline.end[t.id] for t in b.timeline.tasks}
-    first = a.num_microbatches - per
+    first = a.num_microbatches - inflight_window(schedule_kind, pp)
     phases = tail_phases(schedule_kind)
-    for t in a.timeline.tasks:
-        node: Node = dict(t.meta)["node"]
-        if 0 <= node.mb < first or (node.kind == "param_gather" and not node.deps):
-            continue  # warm-up and steady periods before the last; gathers before the step
-        if node.mb >= 0 and node.phase not in phases:
-            continue
-        other = ends_b.get(_task_key(t, per))
-        if other is None or abs(other - a.timeline.end[t.id] - delta) > tol:
-            return False
-    return True
+    in_a = _tail_tasks(a, first, per, phases)
+    in_b = _tail_tasks(b, first + per, 0, phases)
+    if in_a.keys() != in_b.keys():
+        return False
+    ends_a, ends_b = a.timeline.end, b.timeline.end
+    return all(abs(ends_b[in_b[k]] - ends_a[i] - delta) <= tol for k, i in in_a.items())
 
 
 def _extend(a: StepResult, b: StepResult, n: int, per: int) -> StepResult:
@@ -297,10 +359,9 @@ def _extend(a: StepResult, b: StepResult, n: int, per: int) -> StepResult:
                    num_microbatches=n, extension="periodic")
 
 
-#: steady periods run before a step is extended (one more while it is not yet periodic)
-WARM_PERIODS = 2
-#: periods slid before giving up on a verified extension
-MAX_SLIDES = 8
+#: tries (one period further, then twice as far each time) before giving up on a verified
+#: extension
+MAX_TRIES = 8
 #: micro-batches still run in full when the steady state was not found periodic
 EXACT_CAP = 4096
 
@@ -321,22 +382,24 @@ def simulate_step(graph: TrainingGraph, compute: ComputeModel, network: NetworkM
     if timings is None:
         timings = time_chunks(graph, compute, network)
     shape = step_shape(graph, network)
-    n, per = shape.num_microbatches, period(shape.pp)
+    n, per = shape.num_microbatches, period(shape.schedule, shape.pp)
 
     def run(count: int) -> StepResult:
         return _run(build_step_program(shape.with_microbatches(count)), timings, compute,
                     network, executor)
 
-    counts = None if exact else sample_counts(shape.pp, n, WARM_PERIODS)
+    counts = None if exact else sample_counts(shape.schedule, shape.pp, n)
     if counts is not None:
         a = run(counts[0])
-        for _ in range(MAX_SLIDES):  # slide one period at a time until periodic
-            if a.num_microbatches + per >= n:
-                break
+        for attempt in range(MAX_TRIES):
+            if 2 * a.num_microbatches + per >= n:
+                break  # running the rest is cheaper than another try
             b = run(a.num_microbatches + per)
-            if _periodic(a, b, per, shape.schedule):
+            if _periodic(a, b, per, shape.schedule, shape.pp):
                 return _extend(a, b, n, per)
-            a = b
+            # not yet periodic: the next period once, then twice as far each time (a long
+            # transient costs about twice its length, a short one little more than itself)
+            a = b if attempt == 0 else run(2 * a.num_microbatches - n % per)
         else:
             if n > EXACT_CAP:  # not periodic yet and too long to run: extend unverified
                 b = run(a.num_microbatches + per)

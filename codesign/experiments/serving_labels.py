@@ -1,6 +1,6 @@
 """Axis labels of serving studies' columns for the figures.
 
-:mod:`codesign.experiments.plots` labels a column from its ``LABELS`` table, else from the
+:mod:`codesign.experiments.plots.labels` labels a column from its ``LABELS`` table, else from the
 last path component and its unit suffix, which reads poorly for serving columns
 (``ttft_p99_s`` -> "Ttft p99 (s)", ``clients.chat.arrival.rate_rps`` -> "Clients chat arrival
 rate rps"). The plotting module asks this one for the labels of serving metrics and paths.

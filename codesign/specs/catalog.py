@@ -23,6 +23,10 @@ from codesign.specs.model import ModelSpec
 from codesign.specs.topology import FullFlatTopology, TopologySpec, TwoTierTopology
 
 CatalogKind = Literal["hardware", "topologies", "workloads"]
+
+#: PyYAML's safe loader, in C (libyaml) where PyYAML was built with it: the catalogs are read
+#: on every command, and the pure-Python loader is ten times slower
+_YAML_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 S = TypeVar("S", bound=Spec)
 
 _TOPOLOGY_ADAPTER: TypeAdapter[TwoTierTopology | FullFlatTopology] = TypeAdapter(TopologySpec)
@@ -41,7 +45,7 @@ def read_data_file(path: Path) -> Any:
     try:
         if path.suffix == ".json":
             return json.loads(text)
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_YAML_LOADER)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise SpecError(f"{path}: not valid {path.suffix.lstrip('.').upper()}: {first}") from None
@@ -51,7 +55,7 @@ def _catalog_files(kind: CatalogKind) -> Iterator[tuple[str, Any]]:
     root = catalog_root(kind)
     for entry in sorted(root.iterdir(), key=lambda e: e.name):
         if entry.name.endswith((".yaml", ".yml")):
-            yield entry.name, yaml.safe_load(entry.read_text())
+            yield entry.name, yaml.load(entry.read_text(), Loader=_YAML_LOADER)
 
 
 @cache

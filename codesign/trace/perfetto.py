@@ -1,7 +1,8 @@
 """Chrome / Perfetto timeline of a simulated training step (``codesign simulate --trace``).
 
 The engine simulates one representative rank per pipeline stage: the stage's compute stream
-runs chunk passes (one virtual stage, one micro-batch, forward or backward) and the optimizer;
+runs chunk passes (one virtual stage, one micro-batch, forward or backward; split schedules
+such as ZB-H1 run the backward as an input-gradient and a weight-gradient pass) and the optimizer;
 its data-parallel stream runs gradient buckets and parameter all-gathers; pipeline sends have
 their own streams. Each chunk pass was itself simulated operator by operator (compute stream
 and one stream per communication group). This module lays both levels out as a Chrome trace
@@ -14,15 +15,20 @@ and one stream per communication group). This module lays both levels out as a C
   collectives inside passes); a collective that overlaps the previous one on its stream (the
   engine lets a pass's collective run past the pass) goes to a numbered extra track;
 * complete events (``ph: "X"``, ``ts``/``dur`` in microseconds): a chunk pass named
-  ``F3.v5`` (forward of micro-batch 3 on virtual stage 5) with its kernels nested inside,
+  ``F3.v5`` (forward of micro-batch 3 on virtual stage 5; ``B``, and ``W`` for weight
+  gradients) with its kernels nested inside,
   collectives named ``<op> F3.v5``; ``args`` carry micro-batch, virtual stage, layer, FLOPs,
   bytes, collective kind and group, and the breakdown category.
+
+What each slice is comes from the step-program node of its engine task
+(:class:`~codesign.workload.step_program.Node` in the task's ``meta``), not from its name. The
+timeline holds every micro-batch: when the engine extended a periodic steady state instead of
+running it, the step is run in full for the trace (same step time).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -30,18 +36,16 @@ from typing import Any
 from codesign import __version__
 from codesign.api import simulate_detailed
 from codesign.engine.executor import Task
-from codesign.engine.training import GRAD_REDUCE_BYTES, PARAM_BYTES, StepResult
+from codesign.engine.training import StepResult
 from codesign.ir import Op
 from codesign.network.model import NetworkModel
 from codesign.report.training import TrainingReport
 from codesign.specs.run import TrainingRun
-from codesign.trace.chakra import optimizer_params
-from codesign.workload.dims import pipeline_message
-from codesign.workload.training import ADAM_BYTES_PER_PARAM, TrainingGraph, state_groups
+from codesign.trace.chakra_nodes import pass_ops
+from codesign.workload.schedules import SPLIT_BACKWARD
+from codesign.workload.step_program import Node
+from codesign.workload.training import TrainingGraph
 
-_PASS = re.compile(r"^(?P<ph>[FB])(?P<mb>\d+)\.v(?P<v>\d+)$")
-_BUCKET = re.compile(r"^(?P<what>grad_reduce|param_gather)\.l(?P<layer>-?\d+)$")
-_SEND = re.compile(r"^send_(?P<dir>fwd|bwd)(?P<mb>\d+)$")
 #: engine stream -> track name, in display order
 _TRACKS = {"compute": "compute", "tp": "tp comm", "cp": "cp comm", "ep": "ep comm",
            "dp": "dp comm", "pass:dp": "dp comm (in pass)", "send_fwd": "pp send fwd",
@@ -52,9 +56,10 @@ _EPS_US = 1e-6
 def simulate_with_step(run: TrainingRun) -> tuple[TrainingReport, StepResult | None,
                                                      TrainingGraph | None, NetworkModel | None]:
     """The report of :func:`codesign.api.simulate_run` and, for a feasible plan, the engine's
-    :class:`StepResult` with the graph and network it ran on (None when infeasible)."""
-    sim = simulate_detailed(run)
-    if sim.step is None:
+    :class:`StepResult` of every micro-batch (an extended steady state is run in full) with
+    the graph and network it ran on (None when infeasible)."""
+    sim = simulate_detailed(run, exact=True)
+    if sim.step is None or sim.graph is None or sim.network is None:
         return sim.report, None, None, None
     return sim.report, sim.step, sim.graph, sim.network
 
@@ -102,21 +107,11 @@ def chrome_trace(graph: TrainingGraph, step: StepResult,
                  network: NetworkModel) -> dict[str, Any]:
     """The Chrome trace (``{"traceEvents": [...], ...}``) of one simulated step."""
     run = graph.run
-    p = run.parallel
-    pp = p.pp
+    pp = run.parallel.pp
     tl = step.timeline
     by_v = {c.virtual_stage: c for c in graph.chunks}
-    dense_grp, expert_grp = state_groups(p)
-    dense_n, expert_n = network.group_size(dense_grp), network.group_size(expert_grp)
+    split = run.parallel.pipeline_schedule in SPLIT_BACKWARD
     stride = network.layout.stride("pp")
-    layer_params: dict[tuple[int, int], tuple[float, float]] = {}
-    opt_bytes = [0.0] * pp
-    for ch in graph.chunks:
-        opt_bytes[ch.stage] += (optimizer_params(ch, p.sharding_stage, dense_n, expert_n)
-                                * ADAM_BYTES_PER_PARAM)
-        for layer, dense, expert in ch.layer_params:
-            layer_params.setdefault((ch.stage, layer), (dense, expert))
-    p2p_bytes = pipeline_message(run)[0]
     tracks = _Tracks()
     events: list[dict[str, Any]] = []
 
@@ -129,34 +124,17 @@ def chrome_trace(graph: TrainingGraph, step: StepResult,
                        "args": args})
 
     for task in tl.tasks:
-        stage_s, _, stream = task.stream.partition("/")
-        stage = int(stage_s[1:])
-        start, end = tl.start[task.id], tl.end[task.id]
-        if stream.startswith("comm:"):
+        info = dict(task.meta)
+        if "tail" in info:
             continue  # a pass's collectives running past it: drawn with the pass below
-        m = _PASS.match(task.name)
-        if stream == "compute" and m is not None:
-            ph, mb, v = m["ph"], int(m["mb"]), int(m["v"])
-            _pass_events(slice_, task, start, end, ph, mb, v, by_v, step)
+        node: Node = info["node"]
+        start, end = tl.start[task.id], tl.end[task.id]
+        if node.kind == "pass":
+            _pass_events(slice_, task, node, start, end, by_v, step, split)
             continue
-        args: dict[str, Any] = {"category": task.category}
-        bucket = _BUCKET.match(task.name)
-        send = _SEND.match(task.name)
-        if bucket is not None:
-            dense, expert = layer_params.get((stage, int(bucket["layer"])), (0.0, 0.0))
-            per = GRAD_REDUCE_BYTES if bucket["what"] == "grad_reduce" else PARAM_BYTES
-            kind = ("all_gather" if bucket["what"] == "param_gather" else
-                    "all_reduce" if p.sharding_stage == 0 else "reduce_scatter")
-            args.update(kind=kind, group=dense_grp, bytes=dense * per,
-                        layer=int(bucket["layer"]))
-            if expert:
-                args.update(expert_group=expert_grp, expert_bytes=expert * per)
-        elif send is not None:
-            args.update(kind="p2p", group="pp", bytes=p2p_bytes, micro_batch=int(send["mb"]))
-        elif task.name == "optimizer":
-            args.update(flops=0.0, bytes=opt_bytes[stage])
-        slice_(stage, _TRACKS.get(stream, stream), task.name, start, end, args,
-               lanes=stream != "compute")
+        stream = task.stream.partition("/")[2]
+        slice_(node.stage, _TRACKS.get(stream, stream), task.name, start, end,
+               {"category": task.category, **_node_args(node)}, lanes=stream != "compute")
 
     meta: list[dict[str, Any]] = []
     for s in range(pp):
@@ -179,19 +157,39 @@ def chrome_trace(graph: TrainingGraph, step: StepResult,
                           "micro_batches": graph.num_microbatches}}
 
 
-def _pass_events(slice_: Any, task: Task, start: float, end: float, ph: str, mb: int, v: int,
-                 by_v: dict[int, Any], step: StepResult) -> None:
+#: pass phase -> the ``phase`` a slice names
+_PHASES = {"F": "forward", "B": "backward", "W": "weight_gradient"}
+
+
+def _node_args(node: Node) -> dict[str, Any]:
+    """What a slice of a node outside the passes says: collective, group, bytes, layer."""
+    if node.kind in ("grad_reduce", "param_gather"):
+        dense = node.comms[0]
+        args: dict[str, Any] = {"kind": dense.kind, "group": dense.group,
+                                "bytes": dense.bytes, "layer": node.layer}
+        if len(node.comms) > 1:
+            args.update(expert_group=node.comms[1].group, expert_bytes=node.comms[1].bytes)
+        return args
+    if node.kind == "send":
+        c = node.comms[0]
+        return {"kind": c.kind, "group": c.group, "bytes": c.bytes, "micro_batch": node.mb}
+    if node.kind == "optimizer":
+        return {"flops": 0.0, "bytes": node.hbm_bytes}
+    return {}
+
+
+def _pass_events(slice_: Any, task: Task, node: Node, start: float, end: float,
+                 by_v: dict[int, Any], step: StepResult, split: bool) -> None:
     """A chunk pass slice with its operators (kernels nested, collectives on their tracks)."""
-    stage = int(task.stream.split("/")[0][1:])
-    ops: tuple[Op, ...] = by_v[v].forward if ph == "F" else by_v[v].backward
-    label = f"{ph}{mb}.v{v}"
-    base = {"micro_batch": mb, "virtual_stage": v, "phase": "forward" if ph == "F" else
-            "backward"}
+    stage, ph, v = node.stage, node.phase, node.v
+    timing = step.chunk_timings.get((v, ph))
+    ops = pass_ops(by_v[v], ph, split)
+    label = node.name
+    base = {"micro_batch": node.mb, "virtual_stage": v, "phase": _PHASES[ph]}
     slice_(stage, "compute", label, start, end,
            {**base, "category": task.category,
             "flops": sum(o.flops for o in ops if o.kind != "comm"),
             "bytes": sum(o.bytes for o in ops if o.kind != "comm")})
-    timing = step.chunk_timings.get((v, ph))
     if timing is None or len(timing.timeline.tasks) != len(ops):
         return  # no operator-level timeline for this pass
     inner = timing.timeline

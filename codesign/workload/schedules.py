@@ -106,10 +106,27 @@ def schedule(kind: str, pp: int, vpp: int, n_mb: int) -> list[list[Step]]:
     raise ValueError(f"unknown schedule {kind!r}; allowed: {', '.join(SCHEDULES)}")
 
 
-def period(pp: int) -> int:
-    """Micro-batches after which every schedule's steady state repeats (``pp``: interleaved
-    orders cycle in groups of ``pp`` micro-batches; 1F1B, ZB-H1 and GPipe every one)."""
+def period(kind: str, pp: int) -> int:
+    """Micro-batches after which a schedule's steady state repeats: ``pp`` (interleaved orders
+    cycle through the chunks in groups of ``pp`` micro-batches; in 1F1B the per-micro-batch
+    increment of a pipeline with unequal stages is seen to cycle with period ``pp``)."""
+    del kind
     return pp
+
+
+def warmup_microbatches(kind: str, pp: int) -> int:
+    """Micro-batches after which every stage has left its warm-up: ``pp`` (the first stage
+    runs ``pp - 1`` forwards before its first backward), two groups for interleaved orders
+    (their warm-up spans ``2(pp - 1) + (vpp - 1)pp`` passes)."""
+    return 2 * pp if kind == "interleaved" else pp
+
+
+def inflight_window(kind: str, pp: int) -> int:
+    """Micro-batches whose passes can still be pending on some stage while a later one runs:
+    ``pp`` for 1F1B and GPipe's backward phase, ``2·pp`` for interleaved orders and ZB-H1
+    (whose last stage defers its ``W`` passes by ``pp - 1``). A steady state is known to
+    repeat when every task of this many trailing micro-batches repeats shifted."""
+    return 2 * pp if kind in ("interleaved", "zb-h1") else pp
 
 
 def tail_phases(kind: str) -> frozenset[str]:
@@ -123,7 +140,7 @@ def bounded_count(pp: int, n_mb: int, groups: int = 3) -> int:
     """A micro-batch count ``<= n_mb`` with the same remainder modulo :func:`period` and at
     least ``groups`` periods, so that the warm-up, one steady period and the cool-down of the
     ``n_mb`` schedule all occur in it (peaks of in-flight micro-batches included)."""
-    per = period(pp)
+    per = pp  # a multiple of every schedule's period
     if n_mb <= (groups + 1) * per:
         return n_mb
     return n_mb % per + groups * per

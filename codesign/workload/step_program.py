@@ -45,7 +45,13 @@ from functools import lru_cache
 from typing import Literal, NamedTuple
 
 from codesign.ir import Op
-from codesign.workload.schedules import SPLIT_BACKWARD, period, schedule
+from codesign.workload.schedules import (
+    SPLIT_BACKWARD,
+    inflight_window,
+    period,
+    schedule,
+    warmup_microbatches,
+)
 
 NodeKind = Literal["pass", "send", "recv_gather", "param_gather", "grad_reduce", "optimizer"]
 Phase = Literal["F", "B", "W", ""]
@@ -163,9 +169,17 @@ class _Emitter:
     def __init__(self) -> None:
         self.nodes: list[Node] = []
 
-    def add(self, kind: NodeKind, stage: int, stream: str, **kw: object) -> int:
+    def add(self, kind: NodeKind, stage: int, stream: str, deps: tuple[int, ...] = (),
+            phase: str = "", mb: int = -1, v: int = -1, chunk: int = -1, layer: int = -1,
+            bucket: int = -1, peer: int = -1, comms: tuple[Collective, ...] = (),
+            release: tuple[int, int] | None = None, after_tails: bool = False,
+            hbm_bytes: float = 0.0) -> int:
         nid = len(self.nodes)
-        self.nodes.append(Node(nid, kind, stage, stream, **kw))  # type: ignore[arg-type]
+        # tuple.__new__ with every field in order: a deep pipeline's program has tens of
+        # thousands of nodes, and the named tuple's keyword constructor is the slow part
+        self.nodes.append(tuple.__new__(Node, (
+            nid, kind, stage, stream, deps, phase, mb, v, chunk, layer, bucket, peer, comms,
+            release, after_tails, hbm_bytes)))
         return nid
 
 
@@ -203,6 +217,8 @@ def build_step_program(shape: StepShape) -> StepProgram:
     sync_grads = zero < 3 and multi
     gather_params = zero in (1, 2) and multi
     send_bytes, gathered = shape.message
+    send_comms = (Collective("p2p", "pp", send_bytes),)
+    gather_comms = (Collective("all_gather", "tp", gathered),)
     em = _Emitter()
 
     # ZeRO-1/2 overlapped parameter gathers: first on each stage's dp stream
@@ -253,8 +269,7 @@ def build_step_program(shape: StepShape) -> StepProgram:
                         dep = sends[key]
                         if gathered:
                             dep = em.add("recv_gather", s, "compute", deps=(dep,), phase=ph,
-                                         mb=mb, v=up, peer=up % pp,
-                                         comms=(Collective("all_gather", "tp", gathered),))
+                                         mb=mb, v=up, peer=up % pp, comms=gather_comms)
                         deps.append(dep)
             if ph == "F" and (s, c) not in seen:
                 seen.add((s, c))
@@ -271,7 +286,7 @@ def build_step_program(shape: StepShape) -> StepProgram:
                     else "compute"
                 sends[(ph, mb, v)] = em.add(
                     "send", s, stream, deps=(nid,), phase=ph, mb=mb, v=v, chunk=c,
-                    peer=down % pp, comms=(Collective("p2p", "pp", send_bytes),))
+                    peer=down % pp, comms=send_comms)
                 ready.extend(waiting.pop((ph, mb, v), ()))
             else:
                 ready.extend(waiting.pop((ph, mb, v), ()))
@@ -311,13 +326,16 @@ def build_step_program(shape: StepShape) -> StepProgram:
     return StepProgram(shape, tuple(em.nodes))
 
 
-def sample_counts(pp: int, n: int, groups: int) -> tuple[int, int] | None:
-    """Two micro-batch counts ``(n_a, n_a + period)`` with ``n_a ≡ n`` modulo the period and
-    ``groups`` whole periods in ``n_a``, from which a consumer extends a step to ``n``
-    micro-batches; ``None`` when ``n`` is small enough to run as it is."""
-    per = period(pp)
-    n_a = n % per + groups * per
-    if n_a + per >= n:
+def sample_counts(kind: str, pp: int, n: int) -> tuple[int, int] | None:
+    """Two micro-batch counts ``(n_a, n_a + period)``, with ``n_a ≡ n`` modulo the schedule's
+    :func:`~codesign.workload.schedules.period`, past its warm-up by at least the
+    :func:`~codesign.workload.schedules.inflight_window`, from which a consumer
+    extends a step to ``n`` micro-batches; ``None`` when ``n`` is small enough to run as it
+    is."""
+    per = period(kind, pp)
+    first = warmup_microbatches(kind, pp) + inflight_window(kind, pp)
+    n_a = n % per + -(-first // per) * per
+    if 2 * n_a + per >= n:  # running both samples would cost more than running all of them
         return None
     return n_a, n_a + per
 
@@ -379,6 +397,30 @@ def split_backward(ops: Sequence[Op]) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
     return tuple(b), tuple(w)
 
 
-__all__ = ["GRAD_REDUCE_BYTES", "PARAM_BYTES", "Collective", "Node", "NodeKind", "Phase",
-           "StepProgram", "StepShape", "build_step_program", "sample_counts",
-           "split_backward", "wire_pass"]
+def pass_ops(forward: Sequence[Op], backward: Sequence[Op], phase: str,
+             split: bool) -> tuple[Op, ...]:
+    """Operators of one pass of a chunk: ``F`` its forward; ``B`` its backward, or in split
+    schedules (``split``) the input-gradient part, and ``W`` the weight-gradient part
+    (:func:`split_backward`)."""
+    if phase == "F":
+        return tuple(forward)
+    if split:
+        return split_backward(backward)[phase == "W"]
+    return tuple(backward)
+
+
+__all__ = [
+    "GRAD_REDUCE_BYTES",
+    "PARAM_BYTES",
+    "Collective",
+    "Node",
+    "NodeKind",
+    "Phase",
+    "StepProgram",
+    "StepShape",
+    "build_step_program",
+    "pass_ops",
+    "sample_counts",
+    "split_backward",
+    "wire_pass",
+]

@@ -1,0 +1,205 @@
+"""Price and run a step program in one pass over flat lists (the training path's executor).
+
+:func:`run_program` is :func:`codesign.engine.training.price_program` followed by
+:func:`codesign.engine.executor.execute_in_order`, fused: the same tasks in the same order
+(each pass followed by the collectives it leaves running, its *tails*), the same arithmetic,
+so the same start and end times bit for bit, but without building a task object per node.
+Deep pipelines run tens of thousands of nodes per simulated step; the task objects of the
+returned timeline are made only when someone reads them (:class:`LazyTasks`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import overload
+
+from codesign.engine.chunk import ChunkTiming, comm_category
+from codesign.engine.executor import Task, Timeline
+from codesign.workload.step_program import Node, StepProgram
+
+_PASS_CATEGORY = {"F": "forward", "B": "backward", "W": "backward"}
+
+
+@dataclass
+class FlatRun:
+    """Tasks of one run as parallel lists, by task id (tails included)."""
+
+    program: StepProgram
+    node: list[int]  # program node of each task (a tail: its pass's node)
+    tail: list[str]  # a tail's category; "" for a node's own task
+    stream: list[int]  # stream id
+    stream_names: list[str]
+    duration: list[float]
+    start: list[float]
+    end: list[float]
+    binding: list[int]
+    stream_prev: list[int]
+    deps: list[tuple[int, ...]]
+    after: list[tuple[tuple[int, float], ...]]
+    breakdown: dict[int, tuple[tuple[str, float], ...]]  # pass tasks
+    category: list[str]
+
+    def task(self, i: int) -> Task:
+        """Task ``i`` as the executor's :class:`Task` (what :func:`price_program` builds)."""
+        node = self.program.nodes[self.node[i]]
+        meta: tuple[tuple[str, object], ...] = (("node", node),)
+        name = node.name
+        if self.tail[i]:
+            meta = (*meta, ("tail", self.tail[i]))
+            name = f"tail.{name}"
+        return Task(i, self.stream_names[self.stream[i]], self.duration[i], self.deps[i], name,
+                    self.category[i], self.after[i], self.breakdown.get(i, ()), meta)
+
+
+class LazyTasks(Sequence[Task]):
+    """The tasks of a :class:`FlatRun`, made on first access."""
+
+    def __init__(self, run: FlatRun) -> None:
+        self._run = run
+        self._made: dict[int, Task] = {}
+
+    def __len__(self) -> int:
+        return len(self._run.node)
+
+    @overload
+    def __getitem__(self, i: int) -> Task: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Task]: ...
+
+    def __getitem__(self, i: int | slice) -> Task | Sequence[Task]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        t = self._made.get(i)
+        if t is None:
+            if not 0 <= i < len(self):
+                raise IndexError(i)
+            t = self._made[i] = self._run.task(i)
+        return t
+
+    def __iter__(self) -> Iterator[Task]:
+        return (self[i] for i in range(len(self)))
+
+
+def run_program(program: StepProgram, timings: dict[tuple[int, str], ChunkTiming],
+                comm_s: Callable[[Node], float], optimizer_s: Callable[[float], float]
+                ) -> FlatRun:
+    """Price every node of ``program`` (passes from ``timings``, collectives by ``comm_s``,
+    the optimizer's HBM bytes by ``optimizer_s``) and run the tasks in program order."""
+    stream_ids: dict[tuple[int, str], int] = {}
+    names: list[str] = []
+    last_on: list[int] = []  # last task per stream id
+    node_l: list[int] = []
+    tail_l: list[str] = []
+    stream_l: list[int] = []
+    dur_l: list[float] = []
+    start: list[float] = []
+    end: list[float] = []
+    binding: list[int] = []
+    prev_l: list[int] = []
+    deps_l: list[tuple[int, ...]] = []
+    after_l: list[tuple[tuple[int, float], ...]] = []
+    cat_l: list[str] = []
+    breakdown: dict[int, tuple[tuple[str, float], ...]] = {}
+    task_of: list[int] = []
+    tails: dict[int, list[int]] = {}
+    pp_cat, dp_cat = comm_category("pp"), comm_category("dp")
+    passes = {key: (t.compute_time, t.breakdown, t.tail, dict(t.layer_done))
+              for key, t in timings.items()}
+    comm_memo: dict[tuple[object, ...], float] = {}
+    opt_memo: dict[float, float] = {}
+
+    def sid(stage: int, stream: str) -> int:
+        key = (stage, stream)
+        i = stream_ids.get(key)
+        if i is None:
+            i = stream_ids[key] = len(names)
+            names.append(f"s{stage}/{stream}")
+            last_on.append(-1)
+        return i
+
+    def push(node_id: int, tail: str, stream: int, dur: float, deps: tuple[int, ...],
+             after: tuple[tuple[int, float], ...], cat: str) -> int:
+        i = len(node_l)
+        p = last_on[stream]
+        last_on[stream] = i
+        prev_end = end[p] if p >= 0 else 0.0
+        now = prev_end
+        best, best_t = -1, -1.0
+        for d in deps:
+            e = end[d]
+            if e > now:
+                now = e
+            if e > best_t:
+                best, best_t = d, e
+        if after:
+            release = -1.0
+            for d, off in after:
+                s = start[d]
+                if s > now:
+                    now = s
+                if s + off > release:
+                    release = s + off
+                if s + off > best_t:
+                    best, best_t = d, s + off
+            if release > now:
+                now = now + (release - now)
+        node_l.append(node_id)
+        tail_l.append(tail)
+        stream_l.append(stream)
+        dur_l.append(dur)
+        start.append(now)
+        end.append(now + dur if dur > 0 else now)
+        binding.append(best if best_t > prev_end else -1)
+        prev_l.append(p)
+        deps_l.append(deps)
+        after_l.append(after)
+        cat_l.append(cat)
+        return i
+
+    for node in program.nodes:
+        s = node.stage
+        deps = tuple([task_of[d] for d in node.deps])
+        kind = node.kind
+        if kind == "pass":
+            dur, bd, tail, _ = passes[(node.v, node.phase)]
+            tid = push(node.id, "", sid(s, node.stream), dur, deps, (),
+                       _PASS_CATEGORY[node.phase])
+            breakdown[tid] = bd
+            for cat, dt in tail:  # collectives still running when compute is done
+                tails.setdefault(s, []).append(
+                    push(node.id, cat, sid(s, cat), dt, (tid,), (), cat))
+        elif kind == "optimizer":
+            if node.hbm_bytes not in opt_memo:
+                opt_memo[node.hbm_bytes] = optimizer_s(node.hbm_bytes)
+            dur = opt_memo[node.hbm_bytes]
+            extra = tuple(tails.get(s, ())) if node.after_tails else ()
+            tid = push(node.id, "", sid(s, node.stream), dur, deps + extra, (), "optimizer")
+        else:
+            after: tuple[tuple[int, float], ...] = ()
+            if node.release is not None:
+                src, layer = node.release
+                sn = program.nodes[src]
+                t_dur, _, _, done = passes[(sn.v, sn.phase)]
+                after = ((task_of[src], done.get(layer, t_dur)),)
+            key = node.comms
+            if key not in comm_memo:
+                comm_memo[key] = comm_s(node)
+            dur = comm_memo[key]
+            cat = dp_cat if kind in ("param_gather", "grad_reduce") else pp_cat
+            tid = push(node.id, "", sid(s, node.stream), dur, deps, after, cat)
+        task_of.append(tid)
+    return FlatRun(program, node_l, tail_l, stream_l, names, dur_l, start, end, binding,
+                   prev_l, deps_l, after_l, breakdown, cat_l)
+
+
+def timeline_of(run: FlatRun) -> Timeline:
+    """The executor's :class:`Timeline` of ``run`` (tasks made lazily)."""
+    return Timeline(LazyTasks(run), tuple(run.start), tuple(run.end), tuple(run.binding),
+                    tuple(run.stream_prev))
+
+
+__all__ = ["FlatRun", "LazyTasks", "run_program", "timeline_of"]
