@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from codesign.groups import GROUP_STREAM, stream_of
+
 OpKind = Literal["gemm", "attention", "memory", "comm"]
 #: how a collective overlaps compute on the same rank:
 #: ``none`` blocking (waits for the previous compute op, the next one waits for it);
@@ -20,11 +22,7 @@ OpKind = Literal["gemm", "attention", "memory", "comm"]
 Overlap = Literal["none", "next", "prev", "prefetch", "async"]
 Category = Literal["forward", "backward", "recompute", "optimizer"]
 
-#: communication group -> the stream that carries it (also its breakdown category)
-GROUP_STREAM: dict[str, str] = {
-    "tp": "tp", "cp": "cp", "ep": "ep", "dp": "dp", "dp_cp": "dp", "edp": "dp",
-    "edp_cp": "dp", "pp": "pp", "world": "dp",
-}
+__all__ = ["GROUP_STREAM", "Category", "Op", "OpKind", "Overlap"]  # GROUP_STREAM: codesign.groups
 
 
 @dataclass(frozen=True)
@@ -60,4 +58,4 @@ class Op:
         """Stream the op runs on: ``compute`` or the communication stream of its group."""
         if self.kind != "comm":
             return "compute"
-        return GROUP_STREAM.get(self.group or "", "dp")
+        return stream_of(self.group)

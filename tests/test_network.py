@@ -208,7 +208,7 @@ def test_placement_is_closed_form_for_huge_groups():
 
 
 def test_invalid_group_name_lists_allowed():
-    with pytest.raises(ValueError, match="allowed: tp, cp, ep, dp, dp_cp, edp"):
+    with pytest.raises(ValueError, match="allowed: tp, cp, ep, tp_cp, dp, dp_cp, edp"):
         group_dims("tensor")
     m = model(two_tier(), tp=8)
     with pytest.raises(ValueError, match="allowed"):

@@ -3,10 +3,11 @@
 A field's flag is ``json_schema_extra={"flag": "--sp"}`` when it sets one, else ``--`` and
 its name with dashes (``overlap_p2p`` -> ``--overlap-p2p``). Its type, choices and help text
 come from the field: booleans are ``--x/--no-x``, ``Literal`` fields take their values as
-choices (a value added to the ``Literal`` shows up as a choice), tuples and lists are
-comma-separated, ``X | None`` takes an ``X``; the help is the field's ``description`` with
-its default. The flag's ``dest`` is the field name; a flag left out is ``None`` (the spec's
-default applies).
+choices (a value added to the ``Literal`` shows up as a choice), as do fields with
+``json_schema_extra={"enum": values}`` (the live list: a value added later is a choice),
+tuples and lists are comma-separated, ``X | None`` takes an ``X``; the help is the field's
+``description`` with its default. The flag's ``dest`` is the field name; a flag left out is
+``None`` (the spec's default applies).
 """
 
 from __future__ import annotations
@@ -61,6 +62,13 @@ def _scalar(tp: Any) -> tuple[type, list[Any] | None]:
     raise TypeError(f"no command-line form for a plan field of type {tp!r}")
 
 
+def _enum(info: FieldInfo) -> Any:
+    """A ``str`` field's allowed values given as ``json_schema_extra={"enum": [...]}`` (a list
+    others may extend, e.g. the collective-algorithm registry's names), or None."""
+    extra = info.json_schema_extra
+    return extra.get("enum") if isinstance(extra, dict) else None
+
+
 def _comma_list(elem: type) -> Any:
     def parse(text: str) -> tuple[Any, ...]:
         return tuple(elem(x.strip()) for x in text.split(",") if x.strip())
@@ -97,6 +105,7 @@ def plan_flags(spec: type[ParallelismSpec] = ParallelismSpec) -> list[PlanFlag]:
             kind = "list"
         else:
             py, choices = _scalar(tp)
+            choices = _enum(info) if choices is None else choices
             kind = py.__name__
             if py is bool:
                 kw = {"action": argparse.BooleanOptionalAction, "help": _help(name, info, default)}

@@ -1,4 +1,9 @@
-"""Network cost model: rank placement, alpha-beta collective formulas, per-group costs."""
+"""Network cost model: rank placement, alpha-beta collective formulas, per-group costs.
+
+Collective algorithms are registered in :mod:`codesign.network.algorithms` (one module each:
+cost formulas and flow decomposition together); communication groups are the table of
+:mod:`codesign.groups`.
+"""
 
 from codesign.network.collectives import (
     all_to_all,

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 
 from codesign.errors import SpecError
+from codesign.network.algorithms import selectable_names
 from codesign.network.flows import LINK_KINDS, LinkFault
 from codesign.network.model import NetworkModel
 from codesign.specs.topology import FullFlatTopology, TwoTierTopology
@@ -118,8 +119,9 @@ class ScaledCosts:
         return model
 
     def _forced(self, algorithm: str) -> str:
-        return algorithm if algorithm in ("ring", "tree", "in_network", "hierarchical") \
-            else self.network.algorithm
+        """The algorithm a faulted group keeps: the one costed when a plan may request it,
+        else (direct, measured, none) the plan's."""
+        return algorithm if algorithm in selectable_names() else self.network.algorithm
 
     def cost(self, kind: str, group: str, size: float, f_up: float = 1.0,
              f_out: float = 1.0) -> float:

@@ -39,6 +39,9 @@ from typing import TypeVar
 import numpy as np
 
 from codesign.errors import SpecError
+from codesign.network.algorithms import algorithm as algorithm_named
+from codesign.network.algorithms import decomposition
+from codesign.network.algorithms.base import SWITCH, Entity
 from codesign.network.placement import Layout, group_dims
 from codesign.specs.topology import FullFlatTopology, TwoTierTopology
 from codesign.units import GB, gbps_to_bytes_per_s
@@ -48,10 +51,6 @@ L = TypeVar("L", bound=Hashable)
 Link = tuple[str, int]
 """A link: (kind, index). Kinds: up_tx, up_rx, nic_tx, nic_rx, leaf_up, leaf_down, pod_up,
 pod_down, port_tx, port_rx; index: GPU rank, domain (leaf) or pod."""
-
-SWITCH = -1
-"""Destination of a flow into the switch itself (in-network reduction): the flow crosses the
-sender's port up and back down."""
 
 #: user-facing link names -> what they index
 LINK_KINDS: dict[str, str] = {
@@ -317,58 +316,23 @@ def max_min_rates(paths: Sequence[Mapping[L, float]],
 # --- collectives as flows -------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Entity:
-    """Flows of one collective that advance together, and the tier whose bandwidth term
-    of the alpha-beta cost they set (``"up"``: scale-up or FullFlat; ``"out"``: scale-out)."""
-
-    tier: str
-    flows: tuple[tuple[int, int], ...]
-
-
-def _ring(members: Sequence[int]) -> tuple[tuple[int, int], ...]:
-    n = len(members)
-    return tuple((members[i], members[(i + 1) % n]) for i in range(n)) if n > 1 else ()
-
-
 def collective_entities(kind: str, algorithm: str, members: Sequence[int],
                         domain_size: int) -> list[Entity]:
     """Decompose one collective on ``members`` (rank ids) into entities.
 
-    ``algorithm`` is the one the cost model chose (:class:`~codesign.network.model.CommCost`):
-    ring and tree (whose bandwidth term equals the ring's) and measured become a ring over the
-    members in rank order; in_network a flow per member into the switch and back;
-    hierarchical a ring inside each domain (tier up) and one ring per local index across the
-    domains (tier out); all-to-all (direct) every ordered pair, the intra-domain pairs and the
-    inter-domain pairs as two entities; p2p a flow from the first member to the second.
+    ``algorithm`` is the one the cost model chose (:class:`~codesign.network.model.CommCost`);
+    its registered decomposition (:meth:`~codesign.network.algorithms.base.
+    CollectiveAlgorithm.entities`) gives the flows: ring and tree (whose bandwidth term equals
+    the ring's) and measured become a ring over the members in rank order; in_network a flow
+    per member into the switch and back; hierarchical a ring inside each domain (tier up) and
+    one ring per local index across the domains (tier out). All-to-all and p2p are always
+    ``direct``: every ordered pair, the intra-domain pairs and the inter-domain pairs as two
+    entities; p2p a flow from the first member to the second.
     """
-    ms = sorted(members)
-    if len(ms) <= 1:
+    if len(members) <= 1:
         return []
-    by_dom: dict[int, list[int]] = defaultdict(list)
-    for m in ms:
-        by_dom[m // domain_size].append(m)
-    one_domain = len(by_dom) == 1
-    tier = "up" if one_domain else "out"
-    if kind == "p2p":
-        a, b = members[0], members[1]
-        return [Entity("up" if a // domain_size == b // domain_size else "out", ((a, b),))]
-    if kind == "all_to_all":
-        intra = tuple((a, b) for a in ms for b in ms if a != b
-                      and a // domain_size == b // domain_size)
-        inter = tuple((a, b) for a in ms for b in ms if a // domain_size != b // domain_size)
-        return [e for e in (Entity("up", intra), Entity("out", inter)) if e.flows]
-    if algorithm == "in_network":
-        return [Entity(tier, tuple((m, SWITCH) for m in ms))]
-    if algorithm == "hierarchical" and not one_domain:
-        out = [Entity("up", _ring(doms)) for doms in by_dom.values() if len(doms) > 1]
-        width = max(len(v) for v in by_dom.values())
-        for j in range(width):
-            rail = [v[j] for v in by_dom.values() if j < len(v)]
-            if len(rail) > 1:
-                out.append(Entity("out", _ring(rail)))
-        return out
-    return [Entity(tier, _ring(ms))]
+    name = "direct" if kind in ("p2p", "all_to_all") else decomposition(algorithm)
+    return algorithm_named(name).entities(kind, members, domain_size)
 
 
 def entity_path(graph: LinkGraph, entity: Entity) -> dict[Link, float]:

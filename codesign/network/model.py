@@ -26,6 +26,11 @@ with ``k > 1`` and degenerates to ``"auto"`` elsewhere. When the requested algor
 apply (tree all-gather, in_network without switch support) the ring is used; ``CommCost``
 reports the algorithm actually costed. all_to_all and p2p are always ``"direct"``.
 
+These rules are the registered algorithms' (:mod:`codesign.network.algorithms`): the flat
+candidates on a tier are the registry's flat algorithms available there, and the requested
+algorithm narrows them (``flat_choices``), narrows the inter-domain phase of the two-level
+scheme (``outer_choices``) and takes the flat or the two-level cost (``pick``).
+
 Measured collectives. With ``measured`` (a :class:`~codesign.measured.CollectiveTable`)
 a collective whose kind, group size (and tier, where the table gives one) and size the table
 covers takes the interpolated measured time, reported as algorithm ``"measured"``; the group's
@@ -40,7 +45,10 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from codesign.network import collectives as C
+from codesign.network import algorithms as registry
+from codesign.network.algorithms.base import CollectiveAlgorithm
+from codesign.network.algorithms.direct import all_to_all, p2p
+from codesign.network.algorithms.hierarchical import HIERARCHICAL_PHASES, hierarchical
 from codesign.network.placement import (
     GroupPlacement,
     Layout,
@@ -48,6 +56,7 @@ from codesign.network.placement import (
     layout_for,
     place_group,
 )
+from codesign.specs.parallel import COLLECTIVE_ALGORITHMS
 from codesign.specs.topology import FullFlatTopology, ScaleUpSpec, TwoTierTopology
 from codesign.units import GB, MB, gbps_to_bytes_per_s, us_to_s
 
@@ -63,7 +72,8 @@ COLLECTIVE_KINDS: tuple[str, ...] = (
     "broadcast",
     "p2p",
 )
-ALGORITHMS: tuple[str, ...] = ("auto", "ring", "tree", "hierarchical", "in_network")
+ALGORITHMS: list[str] = COLLECTIVE_ALGORITHMS
+"""Algorithms a model may be built with: the registry's selectable ones (a live list)."""
 TIERS: tuple[str, ...] = ("scale_up", "scale_out", "mixed", "fullflat", "local")
 
 _CACHE_LIMIT = 1 << 16
@@ -132,16 +142,10 @@ class Tier:
         return max(self.bandwidth * self.efficiency(size_bytes), 1e-30)
 
     def algorithms(self, kind: str) -> tuple[str, ...]:
-        """Flat algorithms applicable to ``kind`` on this tier."""
-        out = []
-        for alg in C.FLAT_ALGORITHMS:
-            if alg == "tree" and not self.log_tree:
-                continue
-            if alg == "in_network" and not self.in_network:
-                continue
-            if math.isfinite(C.flat_collective(kind, alg, 1.0, 2, 1.0, 0.0)):
-                out.append(alg)
-        return tuple(out)
+        """Flat algorithms of the registry applicable to ``kind`` on this tier, in order of
+        preference."""
+        return tuple(alg.name for alg in registry.flat_algorithms()
+                     if alg.available(self) and math.isfinite(alg.time(kind, 1.0, 2, 1.0, 0.0)))
 
 
 class NetworkModel:
@@ -166,6 +170,8 @@ class NetworkModel:
         self.topology = topology
         self.layout = layout
         self.algorithm = algorithm
+        self._requested = registry.algorithm(algorithm)
+        self._choices: dict[tuple[str, Tier], tuple[CollectiveAlgorithm, ...]] = {}
         self.measured = measured
         self._placements: dict[str, GroupPlacement] = {}
         self._out_tiers: dict[str, Tier] = {}
@@ -280,30 +286,25 @@ class NetworkModel:
             # Pipeline-style neighbours: intra-domain only if every neighbour pair of every
             # group is inside a domain; otherwise the slowest (scale-out) hop sets the pace.
             tier = up if in_domain and p.aligned else self._scale_out(group, p)
-            return CommCost(C.p2p(size, tier.bw(size), tier.alpha), "direct", tier.name)
+            return CommCost(p2p(size, tier.bw(size), tier.alpha), "direct", tier.name)
 
         if in_domain:
             if kind == "all_to_all":
-                t = C.all_to_all(size, n, n, up.bw(size), up.alpha, 1.0, 0.0)
+                t = all_to_all(size, n, n, up.bw(size), up.alpha, 1.0, 0.0)
                 return CommCost(t, "direct", up.name)
             return self._best_flat(kind, n, size, up)
 
         out = self._scale_out(group, p)
         k = p.ranks_per_domain
         if kind == "all_to_all":
-            t = C.all_to_all(size, n, k, up.bw(size), up.alpha, out.bw(size), out.alpha)
+            t = all_to_all(size, n, k, up.bw(size), up.alpha, out.bw(size), out.alpha)
             return CommCost(t, "direct", "mixed" if k > 1 else "scale_out")
 
         flat = self._best_flat(kind, n, size, out)
-        if k <= 1 or kind not in C.HIERARCHICAL_PHASES:
+        if k <= 1 or kind not in HIERARCHICAL_PHASES:
             return flat
         hier = self._best_hierarchical(kind, k, p.num_domains, size, up, out)
-        if self.algorithm == "hierarchical":
-            return hier
-        if self.algorithm in ("ring", "tree"):
-            return flat
-        # auto: fastest overall; in_network: flat switch reduction or CollNet-style hierarchy
-        return hier if hier.time_s <= flat.time_s else flat
+        return self._requested.pick(flat, hier)
 
     def group_tier(self, kind: str, p: GroupPlacement) -> str:
         """Tier a ``kind`` collective on placement ``p`` runs on (for measured lookups)."""
@@ -322,23 +323,24 @@ class NetworkModel:
         t = self.measured.lookup(kind, p.size, size, tier)
         return None if t is None else CommCost(t, "measured", tier)
 
-    def _wanted(self, available: tuple[str, ...]) -> tuple[str, ...]:
-        """Filter ``available`` flat algorithms by the requested one (ring as fallback)."""
-        if self.algorithm in ("auto", "hierarchical"):
-            return available
-        if self.algorithm in available:
-            return (self.algorithm,)
-        return ("ring",) if "ring" in available else available
-
     def _best_flat(self, kind: str, n: int, size: float, tier: Tier) -> CommCost:
         """Fastest requested flat algorithm for ``kind`` on ``tier``."""
         bw = tier.bw(size)
         best = CommCost(math.inf, "none", tier.name)
-        for alg in self._wanted(tier.algorithms(kind)):
-            t = C.flat_collective(kind, alg, size, n, bw, tier.alpha)
+        for alg in self._flat_choices(kind, tier):
+            t = alg.time(kind, size, n, bw, tier.alpha)
             if t < best.time_s:
-                best = CommCost(t, alg, tier.name)
+                best = CommCost(t, alg.name, tier.name)
         return best
+
+    def _flat_choices(self, kind: str, tier: Tier) -> tuple[CollectiveAlgorithm, ...]:
+        """The flat algorithms the requested one prices for ``kind`` on ``tier`` (cached)."""
+        key = (kind, tier)
+        hit = self._choices.get(key)
+        if hit is None:
+            names = self._requested.flat_choices(tier.algorithms(kind))
+            hit = self._choices[key] = tuple(registry.algorithm(a) for a in names)
+        return hit
 
     def _best_hierarchical(
         self, kind: str, k: int, m: int, size: float, up: Tier, out: Tier
@@ -347,15 +349,13 @@ class NetworkModel:
         intra_kind = "all_gather" if kind == "all_gather" else "reduce_scatter"
         inter_kind = kind
         inner_algs = up.algorithms(intra_kind)
-        outer_algs = out.algorithms(inter_kind)
-        if self.algorithm == "in_network" and "in_network" in outer_algs:
-            outer_algs = ("in_network",)
+        outer_algs = self._requested.outer_choices(out.algorithms(inter_kind))
         bw_up = up.bw(size)
         bw_out = out.bw(size / k)
         best = math.inf
         for intra in inner_algs:
             for inter in outer_algs:
-                t = C.hierarchical(kind, size, k, m, bw_up, up.alpha, bw_out, out.alpha,
-                                   intra, inter)
+                t = hierarchical(kind, size, k, m, bw_up, up.alpha, bw_out, out.alpha,
+                                 intra, inter)
                 best = min(best, t)
         return CommCost(best, "hierarchical", "mixed")

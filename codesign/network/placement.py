@@ -15,33 +15,10 @@ from dataclasses import dataclass
 from math import prod
 from types import MappingProxyType
 
-PLACEMENT_DIMS: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
-"""The five layout dims. ``"dp"`` is the *outer* data-parallel factor ``dp // ep``."""
+from codesign.groups import GROUP_DIMS, PLACEMENT_DIMS, group_dims
 
-GROUP_DIMS: MappingProxyType[str, tuple[str, ...]] = MappingProxyType(
-    {
-        "tp": ("tp",),
-        "cp": ("cp",),
-        "ep": ("ep",),
-        "dp": ("ep", "dp"),  # every data-parallel replica of the dense parameters
-        "dp_cp": ("cp", "ep", "dp"),  # dense gradients when context parallelism is on
-        "edp": ("dp",),  # expert data parallel: replicas of one expert shard
-        "edp_cp": ("cp", "dp"),
-        "pp": ("pp",),  # pipeline neighbours
-        "tp_cp": ("tp", "cp"),
-        "world": PLACEMENT_DIMS,
-    }
-)
-"""Communication group name -> the layout dims the group varies over."""
-
-
-def group_dims(name: str) -> tuple[str, ...]:
-    """The layout dims that group ``name`` varies over; ValueError for an unknown name."""
-    try:
-        return GROUP_DIMS[name]
-    except KeyError:
-        allowed = ", ".join(GROUP_DIMS)
-        raise ValueError(f"unknown communication group '{name}'; allowed: {allowed}") from None
+__all__ = ["GROUP_DIMS", "PLACEMENT_DIMS", "GroupPlacement", "Layout", "group_dims", "layout_for",
+           "place_group"]  # GROUP_DIMS, PLACEMENT_DIMS, group_dims: codesign.groups
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, cast
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from codesign.specs.base import Spec
 
 Dim = Literal["tp", "cp", "ep", "dp", "pp"]
 DEFAULT_PLACEMENT: tuple[Dim, ...] = ("tp", "cp", "ep", "dp", "pp")
+
+BUILTIN_COLLECTIVE_ALGORITHMS: tuple[str, ...] = ("auto", "ring", "tree", "hierarchical",
+                                                  "in_network")
+"""The selectable algorithms of the network layer's built-in modules
+(:mod:`codesign.network.algorithms`), stated here so that a plan validates without the network
+package loaded (the spec layer may not import it); ``tests/test_algorithms.py`` checks they
+are exactly the modules'."""
+
+COLLECTIVE_ALGORITHMS: list[str] = list(BUILTIN_COLLECTIVE_ALGORITHMS)
+"""Collective algorithms a plan may request (a live list): the built-in ones, and every
+selectable algorithm registered since (the registry appends it)."""
 
 
 class ParallelismSpec(Spec):
@@ -76,8 +87,17 @@ class ParallelismSpec(Spec):
     placement_order: tuple[Dim, ...] = Field(
         default=DEFAULT_PLACEMENT, description="rank placement, innermost first",
         json_schema_extra={"flag": "--placement"})
-    collective_algorithm: Literal["auto", "ring", "tree", "hierarchical", "in_network"] = Field(
-        default="auto", description="collective algorithm (auto: the fastest available)")
+    collective_algorithm: str = Field(
+        default="auto", description="collective algorithm (auto: the fastest available)",
+        json_schema_extra={"enum": cast(Any, COLLECTIVE_ALGORITHMS)})  # the live list
+
+    @field_validator("collective_algorithm")
+    @classmethod
+    def _known_algorithm(cls, name: str) -> str:
+        if name not in COLLECTIVE_ALGORITHMS:
+            raise ValueError(f"unknown collective algorithm '{name}'; allowed: "
+                             f"{', '.join(COLLECTIVE_ALGORITHMS)}")
+        return name
 
     @model_validator(mode="after")
     def _check(self) -> ParallelismSpec:

@@ -12,12 +12,12 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from codesign.groups import GROUP_NAMES, group_dims
 from codesign.network.model import NetworkModel
-from codesign.network.placement import group_dims
 from codesign.trace.astra_config import network_dims
 
-#: order in which group kinds get their ids
-GROUP_ORDER = ("tp", "cp", "ep", "tp_cp", "dp", "dp_cp", "edp", "edp_cp", "pp", "world")
+#: order in which group kinds get their ids: the group table's
+GROUP_ORDER = GROUP_NAMES
 
 
 class Ranks:

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from codesign.errors import InfeasiblePlan
+from codesign.groups import Degrees
+from codesign.groups import group_sizes as sizes_of_groups
 from codesign.ir import Category, Op
 from codesign.specs.parallel import ParallelismSpec
 from codesign.specs.run import TrainingRun
@@ -148,13 +150,10 @@ def state_groups(p: ParallelismSpec) -> tuple[str, str]:
 
 
 def group_sizes(run: TrainingRun) -> dict[str, int]:
-    """Ranks per communication group name."""
+    """Ranks per communication group name (the size rules of :data:`codesign.groups.GROUPS`)."""
     p = run.parallel
-    dp = run.dp
-    return {"tp": p.tp, "cp": p.cp, "ep": p.ep, "dp": dp, "dp_cp": dp * p.cp,
-            "edp": dp // p.ep if dp % p.ep == 0 else 1,
-            "edp_cp": (dp // p.ep) * p.cp if dp % p.ep == 0 else 1,
-            "pp": p.pp, "world": run.num_gpus}
+    return sizes_of_groups(Degrees(tp=p.tp, cp=p.cp, ep=p.ep, dp=run.dp, pp=p.pp,
+                                   world=run.num_gpus))
 
 
 def _layer_templates(run: TrainingRun, moe_layer: bool) -> tuple[OpTemplate, ...]:

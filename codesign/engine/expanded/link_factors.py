@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from codesign.engine.expanded.geometry import RankGeometry
+from codesign.network.algorithms import decomposition
 from codesign.network.faults import CommProfile, ScaledCosts
 from codesign.network.flows import (
     LinkFault,
@@ -26,7 +27,7 @@ def _decomposition(kind: str, algorithm: str) -> str:
         return "a2a"
     if kind == "p2p":
         return "p2p"
-    return algorithm if algorithm in ("in_network", "hierarchical") else "ring"
+    return decomposition(algorithm)
 
 
 class LinkFactors:
