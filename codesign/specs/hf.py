@@ -134,6 +134,86 @@ def _qwen_moe_layout(r: _Reader) -> tuple[int, int]:
                   "not a layout ModelSpec can express (leading dense layers, then every k-th)")
 
 
+def _dense(r: _Reader, config: dict[str, Any]) -> dict[str, Any]:
+    """Llama, Mistral, Qwen2/3: a gated MLP of ``intermediate_size``."""
+    return {"ffn_hidden_size": r.req("intermediate_size")}
+
+
+def _mixtral(r: _Reader, config: dict[str, Any]) -> dict[str, Any]:
+    ffn = r.req("intermediate_size")
+    return {"ffn_hidden_size": ffn,
+            "moe": {"num_experts": r.req("num_local_experts"),
+                    "top_k": r.req("num_experts_per_tok"), "expert_ffn_hidden_size": ffn}}
+
+
+def _qwen_moe(r: _Reader, config: dict[str, Any]) -> dict[str, Any]:
+    expert_ffn = r.req("moe_intermediate_size")
+    first_dense, freq = _qwen_moe_layout(r)
+    moe: dict[str, Any] = {
+        "num_experts": r.req("num_experts"),
+        "top_k": r.req("num_experts_per_tok"),
+        "expert_ffn_hidden_size": expert_ffn,
+        "first_dense_layers": first_dense,
+        "layer_frequency": freq,
+    }
+    shared = r.get("shared_expert_intermediate_size", 0, minimum=0)
+    if r.model_type == "qwen2_moe" and shared:
+        moe["num_shared_experts"] = 1
+        moe["shared_expert_ffn_hidden_size"] = shared
+    return {"ffn_hidden_size": r.get("intermediate_size", expert_ffn), "moe": moe}
+
+
+def _deepseek(r: _Reader, config: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "num_kv_heads": None,  # MLA: K/V heads equal query heads
+        "ffn_hidden_size": r.req("intermediate_size"),
+        "mla": {
+            "q_lora_rank": r.opt("q_lora_rank"),
+            "kv_lora_rank": r.req("kv_lora_rank"),
+            "qk_nope_head_dim": r.req("qk_nope_head_dim"),
+            "qk_rope_head_dim": r.req("qk_rope_head_dim", minimum=0),
+            "v_head_dim": r.req("v_head_dim"),
+        },
+    }
+    if config.get("n_routed_experts") is not None:
+        first_k = r.get("first_k_dense_replace", 0, minimum=0)
+        freq = r.get("moe_layer_freq", 1)
+        # HF: MoE iff layer >= first_k_dense_replace and layer % moe_layer_freq == 0.
+        first_moe = -(-first_k // freq) * freq
+        out["moe"] = {
+            "num_experts": r.req("n_routed_experts"),
+            "top_k": r.req("num_experts_per_tok"),
+            "expert_ffn_hidden_size": r.req("moe_intermediate_size"),
+            "num_shared_experts": r.get("n_shared_experts", 0, minimum=0),
+            "first_dense_layers": first_moe,
+            "layer_frequency": freq,
+        }
+    return out
+
+
+def _gpt_oss(r: _Reader, config: dict[str, Any]) -> dict[str, Any]:
+    expert_ffn = r.req("intermediate_size")
+    top_k = r.opt("num_experts_per_tok") or r.opt("experts_per_token")
+    if top_k is None:
+        raise r.error("missing required key 'num_experts_per_tok'")
+    return {
+        "ffn_hidden_size": expert_ffn,
+        "head_dim": r.req("head_dim"),
+        "attention_bias": r.flag("attention_bias", True),
+        "mlp_bias": True,  # expert and router linears carry biases
+        "moe": {"num_experts": r.req("num_local_experts"), "top_k": top_k,
+                "expert_ffn_hidden_size": expert_ffn},
+    }
+
+
+#: per supported ``model_type``, the fields that differ between architectures
+_ARCHITECTURE = {
+    "llama": _dense, "mistral": _dense, "qwen2": _dense, "qwen3": _dense,
+    "mixtral": _mixtral, "qwen2_moe": _qwen_moe, "qwen3_moe": _qwen_moe,
+    "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "gpt_oss": _gpt_oss,
+}
+
+
 def model_from_hf_config(config: dict[str, Any], name: str, origin: str = "") -> ModelSpec:
     """A :class:`ModelSpec` from a Hugging Face ``config.json`` dict.
 
@@ -175,73 +255,5 @@ def model_from_hf_config(config: dict[str, Any], name: str, origin: str = "") ->
 
     if model_type in ("qwen2", "qwen2_moe"):
         data["attention_bias"] = True  # Qwen2 has q/k/v biases (no o_proj bias)
-
-    if model_type in ("llama", "mistral", "qwen2", "qwen3"):
-        data["ffn_hidden_size"] = r.req("intermediate_size")
-
-    elif model_type == "mixtral":
-        ffn = r.req("intermediate_size")
-        data["ffn_hidden_size"] = ffn
-        data["moe"] = {
-            "num_experts": r.req("num_local_experts"),
-            "top_k": r.req("num_experts_per_tok"),
-            "expert_ffn_hidden_size": ffn,
-        }
-
-    elif model_type in ("qwen2_moe", "qwen3_moe"):
-        expert_ffn = r.req("moe_intermediate_size")
-        data["ffn_hidden_size"] = r.get("intermediate_size", expert_ffn)
-        first_dense, freq = _qwen_moe_layout(r)
-        moe: dict[str, Any] = {
-            "num_experts": r.req("num_experts"),
-            "top_k": r.req("num_experts_per_tok"),
-            "expert_ffn_hidden_size": expert_ffn,
-            "first_dense_layers": first_dense,
-            "layer_frequency": freq,
-        }
-        shared = r.get("shared_expert_intermediate_size", 0, minimum=0)
-        if model_type == "qwen2_moe" and shared:
-            moe["num_shared_experts"] = 1
-            moe["shared_expert_ffn_hidden_size"] = shared
-        data["moe"] = moe
-
-    elif model_type in ("deepseek_v2", "deepseek_v3"):
-        data["num_kv_heads"] = None  # MLA: K/V heads equal query heads
-        data["ffn_hidden_size"] = r.req("intermediate_size")
-        data["mla"] = {
-            "q_lora_rank": r.opt("q_lora_rank"),
-            "kv_lora_rank": r.req("kv_lora_rank"),
-            "qk_nope_head_dim": r.req("qk_nope_head_dim"),
-            "qk_rope_head_dim": r.req("qk_rope_head_dim", minimum=0),
-            "v_head_dim": r.req("v_head_dim"),
-        }
-        if config.get("n_routed_experts") is not None:
-            first_k = r.get("first_k_dense_replace", 0, minimum=0)
-            freq = r.get("moe_layer_freq", 1)
-            # HF: MoE iff layer >= first_k_dense_replace and layer % moe_layer_freq == 0.
-            first_moe = -(-first_k // freq) * freq
-            data["moe"] = {
-                "num_experts": r.req("n_routed_experts"),
-                "top_k": r.req("num_experts_per_tok"),
-                "expert_ffn_hidden_size": r.req("moe_intermediate_size"),
-                "num_shared_experts": r.get("n_shared_experts", 0, minimum=0),
-                "first_dense_layers": first_moe,
-                "layer_frequency": freq,
-            }
-
-    elif model_type == "gpt_oss":
-        expert_ffn = r.req("intermediate_size")
-        top_k = r.opt("num_experts_per_tok") or r.opt("experts_per_token")
-        if top_k is None:
-            raise r.error("missing required key 'num_experts_per_tok'")
-        data["ffn_hidden_size"] = expert_ffn
-        data["head_dim"] = r.req("head_dim")
-        data["attention_bias"] = r.flag("attention_bias", True)
-        data["mlp_bias"] = True  # expert and router linears carry biases
-        data["moe"] = {
-            "num_experts": r.req("num_local_experts"),
-            "top_k": top_k,
-            "expert_ffn_hidden_size": expert_ffn,
-        }
-
+    data.update(_ARCHITECTURE[model_type](r, config))
     return ModelSpec.parse(data, origin)
