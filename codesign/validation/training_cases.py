@@ -213,71 +213,13 @@ def map_row(row: dict[str, str]) -> MappedCase:
         notes.append(f"sequence parallel not stated: {'on' if sp else 'off'} "
                      f"({fw} default)")
     plan["sequence_parallel"] = sp
-    z = row.get("zero_fsdp", "").lower()
-    if "fsdp" in z:
-        if fw == "llama3" or "not resharded" in z:
-            plan["zero_stage"] = 2
-            notes.append("FSDP keeping parameters after forward: ZeRO-2 semantics")
-        else:
-            plan["zero_stage"] = 3
-    elif z.strip() in ("0", "none", "off", "no"):
-        # 'FSDP: 0' in NeMo/Megatron-Bridge tables means FSDP off; those recipes keep the
-        # distributed optimizer (ZeRO-1). Megatron-LM 2021-22 had no distributed optimizer.
-        plan["zero_stage"] = 0 if fw == "megatron-2021" else 1
-        if fw != "megatron-2021":
-            notes.append("FSDP off; distributed optimizer (ZeRO-1, framework default)")
-    elif z:
-        plan["zero_stage"] = 1
-        notes.append("distributed optimizer assumed (ZeRO-1)")
-    else:
-        plan["zero_stage"] = 0 if fw == "megatron-2021" else 1
-        notes.append(f"ZeRO not stated: stage {plan['zero_stage']} ({fw} default)")
-    if fw == "megatron-2021":
-        plan.update(flash_attention=False, overlap_grad_reduce=False,
-                    overlap_param_gather=False, pipeline_scatter_gather=True,
-                    overlap_p2p=False)
-    elif fw == "megatron-core":
-        overlap = tp > 1 and gpu.name != "a100-80gb"
-        plan["tp_comm_overlap"] = overlap and sp
+    plan["zero_stage"] = _zero_stage(row.get("zero_fsdp", "").lower(), fw, notes)
+    plan.update(_framework_settings(fw, tp, sp, gpu.name))
     dp = n // (tp * pp * cp) if tp * pp * cp else 0
-    mbs_given = int_cell(row, "micro_batch_size")
-    if mbs_given is None:
-        # not given: a tuned benchmark run uses the micro-batch size that runs fastest;
-        # every size that divides the per-replica batch is a candidate (recorded per run)
-        per_replica = gbs // dp if dp else 0
-        mbs_list = [m for m in (1, 2, 4, 8) if per_replica and per_replica % m == 0] or [1]
-        notes.append("micro-batch size not given: the fastest of "
-                     f"{', '.join(map(str, mbs_list))}")
-    else:
-        mbs_list = [mbs_given]
-    mbs = mbs_list[0]
-    n_mb = gbs // (mbs * dp) if dp and mbs else 0
-    vpp_text = row.get("vpp", "").lower()
-    vpp_given = int_cell(row, "vpp")
-    if vpp_given:
-        plan["vpp"] = vpp_given
-    elif pp > 1 and ("interleaved" in vpp_text or not vpp_text or "not stated" in vpp_text):
-        # not given: every depth the schedule allows is a candidate and the fastest is kept,
-        # as a user of the framework tunes it (recorded per candidate)
-        vpps = [v for v in range(2, 9) if model.num_layers >= pp * v and n_mb % pp == 0
-                and _interleaving_allowed(fw, model.num_layers, pp, v)] or [1]
-        if "interleaved" not in vpp_text:
-            vpps = [1, *[v for v in vpps if v > 1]]
-        plan["vpp"] = vpps
-        notes.append("interleaving depth not given: the fastest of vpp "
-                     f"{', '.join(map(str, vpps))}")
-    rc_text = row.get("activation_recompute", "").lower()
-    if rc_text.startswith("full"):
-        recomputes = ["full"]
-    elif rc_text.startswith("selective"):
-        recomputes = ["selective"]
-    elif rc_text.startswith("none"):
-        recomputes = ["none"]
-    else:
-        recomputes = ["none", "selective", "full"]
-        notes.append("recompute not stated: the least recompute that fits in HBM")
-    vpp_options = plan.pop("vpp", 1)
-    vpp_list = vpp_options if isinstance(vpp_options, list) else [vpp_options]
+    mbs_list = _micro_batch_sizes(row, gbs, dp, notes)
+    n_mb = gbs // (mbs_list[0] * dp) if dp and mbs_list[0] else 0
+    vpp_list = _interleaving_depths(row, fw, model.num_layers, pp, n_mb, notes)
+    recomputes = _recomputes(row.get("activation_recompute", "").lower(), notes)
     candidates, cand_notes = [], []
     first_problems: list[str] = []
     for rc in recomputes:
@@ -291,20 +233,88 @@ def map_row(row: dict[str, str]) -> MappedCase:
                 first_problems = first_problems or problems
                 continue
             group.append(run)
-            note = []
-            if len(recomputes) > 1:
-                note.append(f"recompute {rc}")
-            if len(mbs_list) > 1:
-                note.append(f"micro-batch {mb}")
-            if len(vpp_list) > 1:
-                note.append(f"vpp {vpp}")
-            cand_notes.append(tuple(note))
+            cand_notes.append(tuple(
+                label for label, many in ((f"recompute {rc}", len(recomputes) > 1),
+                                          (f"micro-batch {mb}", len(mbs_list) > 1),
+                                          (f"vpp {vpp}", len(vpp_list) > 1)) if many))
         candidates.append(tuple(group))
     if not any(candidates):  # no candidate setting gives a valid plan: say why the first fails
         raise Unsupported("; ".join(first_problems))
     return MappedCase(case_id=row["case_id"], source=row.get("source", ""), framework=fw,
                       candidates=tuple(candidates), candidate_notes=tuple(cand_notes),
                       measurement=measurement, assumptions=tuple(notes))
+
+
+def _zero_stage(z: str, fw: str, notes: list[str]) -> int:
+    """The ZeRO stage a row's ``zero_fsdp`` cell (lower-cased) means for framework ``fw``."""
+    if "fsdp" in z:
+        if fw == "llama3" or "not resharded" in z:
+            notes.append("FSDP keeping parameters after forward: ZeRO-2 semantics")
+            return 2
+        return 3
+    if z.strip() in ("0", "none", "off", "no"):
+        # 'FSDP: 0' in NeMo/Megatron-Bridge tables means FSDP off; those recipes keep the
+        # distributed optimizer (ZeRO-1). Megatron-LM 2021-22 had no distributed optimizer.
+        if fw != "megatron-2021":
+            notes.append("FSDP off; distributed optimizer (ZeRO-1, framework default)")
+        return 0 if fw == "megatron-2021" else 1
+    if z:
+        notes.append("distributed optimizer assumed (ZeRO-1)")
+        return 1
+    stage = 0 if fw == "megatron-2021" else 1
+    notes.append(f"ZeRO not stated: stage {stage} ({fw} default)")
+    return stage
+
+
+def _framework_settings(fw: str, tp: int, sp: bool, gpu_name: str) -> dict[str, Any]:
+    """Plan settings a framework fixes: Megatron-LM 2021-22 had no flash attention, no
+    overlap and scatter/gathered, blocking pipeline sends; Megatron-Core overlaps TP
+    communication with GEMMs where its userbuffers run (not on A100)."""
+    if fw == "megatron-2021":
+        return dict(flash_attention=False, overlap_grad_reduce=False,
+                    overlap_param_gather=False, pipeline_scatter_gather=True, overlap_p2p=False)
+    if fw == "megatron-core":
+        return {"tp_comm_overlap": tp > 1 and gpu_name != "a100-80gb" and sp}
+    return {}
+
+
+def _micro_batch_sizes(row: dict[str, str], gbs: int, dp: int, notes: list[str]) -> list[int]:
+    """The row's micro-batch size, or when not given every size of 1, 2, 4, 8 dividing the
+    per-replica batch (a tuned benchmark runs the fastest; recorded per run)."""
+    given = int_cell(row, "micro_batch_size")
+    if given is not None:
+        return [given]
+    per_replica = gbs // dp if dp else 0
+    sizes = [m for m in (1, 2, 4, 8) if per_replica and per_replica % m == 0] or [1]
+    notes.append(f"micro-batch size not given: the fastest of {', '.join(map(str, sizes))}")
+    return sizes
+
+
+def _interleaving_depths(row: dict[str, str], fw: str, num_layers: int, pp: int, n_mb: int,
+                         notes: list[str]) -> list[int]:
+    """The row's interleaving depth, or when not given every depth the schedule allows (the
+    fastest is kept, as a user of the framework tunes it; recorded per candidate)."""
+    text = row.get("vpp", "").lower()
+    given = int_cell(row, "vpp")
+    if given:
+        return [given]
+    if not (pp > 1 and ("interleaved" in text or not text or "not stated" in text)):
+        return [1]
+    vpps = [v for v in range(2, 9) if num_layers >= pp * v and n_mb % pp == 0
+            and _interleaving_allowed(fw, num_layers, pp, v)] or [1]
+    if "interleaved" not in text:
+        vpps = [1, *[v for v in vpps if v > 1]]
+    notes.append(f"interleaving depth not given: the fastest of vpp {', '.join(map(str, vpps))}")
+    return vpps
+
+
+def _recomputes(text: str, notes: list[str]) -> list[str]:
+    """The row's recompute, or none, selective and full in that order (the least that fits)."""
+    for kind in ("full", "selective", "none"):
+        if text.startswith(kind):
+            return [kind]
+    notes.append("recompute not stated: the least recompute that fits in HBM")
+    return ["none", "selective", "full"]
 
 
 def iter_cases(path: Path) -> Iterator[tuple[dict[str, str], MappedCase | str]]:
