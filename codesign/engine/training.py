@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from codesign.engine.chunk import ChunkTiming, comm_category, time_chunk
+from codesign.engine.chunk import ChunkTiming, time_chunk
 from codesign.engine.executor import (
     Task,
     Timeline,
@@ -37,7 +37,7 @@ from codesign.engine.executor import (
     attribute_stream,
     execute_in_order,
 )
-from codesign.engine.step_run import FlatRun, run_program, timeline_of
+from codesign.engine.step_run import FlatRun, LazyTasks, run_program, timeline_of
 from codesign.hardware.compute import ComputeModel
 from codesign.ir import Op
 from codesign.network.model import NetworkModel
@@ -179,64 +179,9 @@ def price_program(program: StepProgram, timings: dict[tuple[int, str], ChunkTimi
     """The executor tasks of ``program``: each node priced, in program order, with the
     collectives a pass leaves running after its compute (its *tails*) as tasks of their own
     right after it. Streams are ``s<stage>/<stream>``; each task's ``meta`` holds its node
-    (and, for a tail, its category), so consumers need not parse names."""
-    costs: dict[tuple[str, str, float], float] = {}
-
-    def comm_s(node: Node) -> float:
-        total = 0.0
-        for c in node.comms:
-            key = (c.kind, c.group, c.bytes)
-            if key not in costs:
-                costs[key] = network.collective(c.kind, c.group, c.bytes).time_s
-            total += costs[key]
-        return total
-
-    tasks: list[Task] = []
-    task_of: list[int] = []  # node id -> task id
-    tails: dict[int, list[int]] = {}  # stage -> tail task ids
-    opt_memo: dict[float, float] = {}
-    streams: dict[tuple[int, str], str] = {}
-    passes = {key: (t, "forward" if key[1] == "F" else "backward",
-                    tuple((f"/{cat}", dt) for cat, dt in t.tail)) for key, t in timings.items()}
-    pp_cat, dp_cat = comm_category("pp"), comm_category("dp")
-    for node in program.nodes:
-        s = node.stage
-        tid = len(tasks)
-        task_of.append(tid)
-        deps = tuple([task_of[d] for d in node.deps])
-        stream = streams.get((s, node.stream))
-        if stream is None:
-            stream = streams[(s, node.stream)] = f"s{s}/{node.stream}"
-        meta = (("node", node),)
-        kind = node.kind
-        if kind == "pass":
-            t, cat, tail = passes[(node.v, node.phase)]
-            tasks.append(Task(tid, stream, t.compute_time, deps, node.name, cat, (),
-                              t.breakdown, meta))
-            for suffix, dt in tail:  # collectives still running when compute is done
-                tails.setdefault(s, []).append(len(tasks))
-                tasks.append(Task(len(tasks), f"s{s}{suffix}", dt, (tid,),
-                                  f"tail.{node.name}", suffix[1:], (), (),
-                                  (*meta, ("tail", suffix[1:]))))
-        elif kind == "optimizer":
-            if node.hbm_bytes not in opt_memo:
-                opt_memo[node.hbm_bytes] = compute.time(Op(
-                    name="optimizer", kind="memory", category="optimizer", layer=-1,
-                    bytes=node.hbm_bytes))
-            extra = tuple(tails.get(s, ())) if node.after_tails else ()
-            tasks.append(Task(tid, stream, opt_memo[node.hbm_bytes], deps + extra,
-                              node.name, "optimizer", meta=meta))
-        else:
-            after: tuple[tuple[int, float], ...] = ()
-            if node.release is not None:
-                src, layer = node.release
-                sn = program.nodes[src]
-                t = timings[(sn.v, sn.phase)]
-                after = ((task_of[src], dict(t.layer_done).get(layer, t.compute_time)),)
-            cat = dp_cat if kind in ("param_gather", "grad_reduce") else pp_cat
-            tasks.append(Task(tid, stream, comm_s(node), deps, node.name, cat, after,
-                              meta=meta))
-    return tasks
+    (and, for a tail, its category), so consumers need not parse names. (The tasks of the
+    fused runner, :func:`~codesign.engine.step_run.run_program`: one pricing for both.)"""
+    return list(LazyTasks(_flat_run(program, timings, compute, network)))
 
 
 def _comm_pricer(network: NetworkModel) -> Callable[[Node], float]:
@@ -254,14 +199,19 @@ def _comm_pricer(network: NetworkModel) -> Callable[[Node], float]:
     return comm_s
 
 
+def _flat_run(program: StepProgram, timings: dict[tuple[int, str], ChunkTiming],
+              compute: ComputeModel, network: NetworkModel) -> FlatRun:
+    return run_program(program, timings, _comm_pricer(network), lambda b: compute.time(
+        Op(name="optimizer", kind="memory", category="optimizer", layer=-1, bytes=b)))
+
+
 def _run(program: StepProgram, timings: dict[tuple[int, str], ChunkTiming],
          compute: ComputeModel, network: NetworkModel,
          executor: Callable[[Sequence[Task]], Timeline]) -> StepResult:
     pp = program.shape.pp
     n = program.shape.num_microbatches
     if executor is execute_in_order:  # the fused one-pass runner: same timeline, no tasks
-        flat = run_program(program, timings, _comm_pricer(network), lambda b: compute.time(
-            Op(name="optimizer", kind="memory", category="optimizer", layer=-1, bytes=b)))
+        flat = _flat_run(program, timings, compute, network)
         starts, ends, dur = flat.start, flat.end, flat.duration
         names, stream = flat.stream_names, flat.stream
         stage_of = [int(x[1:].split("/", 1)[0]) for x in names]
