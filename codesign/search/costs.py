@@ -27,6 +27,7 @@ from codesign.engine.executor import execute_in_order
 from codesign.ir import Category, Op
 from codesign.network.model import NetworkModel
 from codesign.specs.run import TrainingRun
+from codesign.workload.step_program import _release_order as release_order
 from codesign.workload.step_program import split_backward
 from codesign.workload.training import ChunkBinder, ChunkGraph
 
@@ -311,9 +312,10 @@ def bucket_entries(lc: LayerCosts, sig: Signature) -> list[tuple[int, float, flo
 
 def released(lc: LayerCosts, sig: Signature) -> list[tuple[float, float, float]]:
     """Gradient buckets of one chunk as ``(offset into its last gradient pass, dense,
-    expert)``, in the engine's release order (by offset, then layer). The gradient pass is
-    the backward, or ``W`` in split schedules; a layer's bucket is released when its last
-    compute operator in that pass ends (the pass's end when it has none there)."""
+    expert)``, in the step program's release order
+    (:mod:`codesign.workload.step_program`). The gradient pass is the backward, or ``W`` in
+    split schedules; a layer's bucket is released when its last compute operator in that pass
+    ends (the pass's end when it has none there)."""
     kinds, first, last = sig
     ph = lc.phases[-1]
     per = lc.per[ph]
@@ -328,6 +330,9 @@ def released(lc: LayerCosts, sig: Signature) -> list[tuple[float, float, float]]
         done[-1] = total
     elif last and lc.head_ops[ph]:
         done[-1] = head_t
-    ordered = sorted((done.get(layer, total), layer, d, e)
-                     for layer, d, e in bucket_entries(lc, sig))
-    return [(at, d, e) for at, _, d, e in ordered]
+    entries = bucket_entries(lc, sig)
+    out = []
+    for i in release_order(entries):
+        layer, d, e = entries[i]
+        out.append((done.get(layer, total), d, e))
+    return out
