@@ -144,8 +144,7 @@ class Estimator:
         self.peak = base.gpu.peak_flops(base.parallel.dtype) * base.num_gpus
         m = self.model
         self.kinds = tuple(m.is_moe_layer(i) for i in range(m.num_layers))
-        self._shape_fields = tuple(k for k in type(base.parallel).model_fields
-                                   if k not in LAYER_SHAPE_EXCLUDED)
+        self._shape_idx: dict[tuple[str, ...], tuple[int, ...]] = {}
         self._nets: dict[tuple[int, ...], NetworkModel] = {}
         self._layers: dict[tuple[Any, ...], LayerCosts] = {}
         self._assign: dict[int, list[tuple[tuple[int, ...], int, int]]] = {}
@@ -207,13 +206,12 @@ class Estimator:
             self._assign_np[key] = out
         return out
 
-    def layer_costs(self, par: ParallelismSpec, net: NetworkModel,
-                    phases: tuple[str, ...]) -> LayerCosts:
+    def layer_costs(self, par: ParallelismSpec, net: NetworkModel, phases: tuple[str, ...],
+                    shape: tuple[Any, ...]) -> LayerCosts:
         """Bind and time one layer of each kind (plus embedding and head) for the local
-        shape of ``par`` (every plan field that can change a layer, and the placement of
-        the tp/cp/ep groups)."""
-        key = (tuple(getattr(par, k) for k in self._shape_fields), phases,
-               net.placement("tp"), net.placement("cp"), net.placement("ep"))
+        shape of ``par``: ``shape``, the values of every plan field that can change a layer
+        (:meth:`shape_key`), and the placement of the tp/cp/ep groups."""
+        key = (shape, phases, net.placement("tp"), net.placement("cp"), net.placement("ep"))
         lc = self._layers.get(key)
         if lc is None:
             sample = par.model_copy(update={"zero_stage": 1, "fsdp": False})  # no gathers
@@ -221,6 +219,16 @@ class Estimator:
             lc = time_layers(run, self.kinds, net, self.compute.time, phases)
             self._layers[key] = lc
         return lc
+
+    def shape_key(self, point: PlanPoint) -> tuple[Any, ...]:
+        """The values of ``point`` that can change one layer (the base run's other fields
+        are the same for every plan of this estimator)."""
+        idx = self._shape_idx.get(point.fields)
+        if idx is None:
+            idx = self._shape_idx[point.fields] = tuple(
+                i for i, k in enumerate(point.fields) if k not in LAYER_SHAPE_EXCLUDED)
+        values = point.values
+        return tuple([values[i] for i in idx])
 
     # --- one plan ---------------------------------------------------------------------------
 
@@ -237,7 +245,8 @@ class Estimator:
                      n=num_microbatches(run), zero=par.sharding_stage, net=net,
                      dense_grp=dense_grp, expert_grp=expert_grp,
                      dense_n=net.group_size(dense_grp), expert_n=net.group_size(expert_grp),
-                     lc=self.layer_costs(par, net, phases), sigs=self.signatures(pp * vpp))
+                     lc=self.layer_costs(par, net, phases, self.shape_key(point)),
+                     sigs=self.signatures(pp * vpp))
 
     def estimate(self, point: PlanPoint) -> Estimate:
         """Estimate one valid plan (see :func:`codesign.search.space.enumerate_plans`)."""
