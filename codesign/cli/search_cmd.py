@@ -52,8 +52,9 @@ def register(sub: Any, spec: type[ParallelismSpec] = ParallelismSpec) -> None:
                     "cost models, and simulate the best with the engine. Plan flags (--tp, "
                     "--recompute, --sp ...) pin a field; --<field>-values lists the values to "
                     "search; other fields take automatic values from the model and system. "
+                    "--schedule-values searches the pipeline schedule (only when given). "
                     "Settings that are never searched (--global-batch, --seq-len, --dtype, "
-                    "--schedule, --etp, --placement ...) apply to every plan.",
+                    "--etp, --placement ...) apply to every plan.",
         epilog="Example:\n  codesign search --model gpt3-175b --gpu h100 --gpus 1024 "
                "--global-batch 1024 --tp-values 4,8 --top 5",
         formatter_class=argparse.RawDescriptionHelpFormatter)
