@@ -147,9 +147,12 @@ MOE_SPACE = SearchSpace(tp=[1, 2, 4], pp=[1, 2, 4], ep=[1, 2, 8], vpp=[1, 2],
 
 @pytest.fixture(scope="module")
 def sampled() -> dict[str, list[tuple[Any, Any]]]:
-    """Per model: 15 sampled plans as (estimate, engine report); feasible plans first."""
+    """Per model (and per schedule: ``-zb`` is zero-bubble ZB-H1, whose backward is split into
+    B and W passes): 15 sampled plans as (estimate, engine report); feasible plans first."""
     out = {}
-    for name, kw, space in (("dense", DENSE, DENSE_SPACE), ("moe", MOE, MOE_SPACE)):
+    for name, kw, space in (("dense", DENSE, DENSE_SPACE), ("moe", MOE, MOE_SPACE),
+                            ("dense-zb", {**DENSE, "schedule": "zb-h1"}, DENSE_SPACE),
+                            ("moe-zb", {**MOE, "schedule": "zb-h1"}, MOE_SPACE)):
         run = build_run(**kw)  # type: ignore[arg-type]
         en = enumerate_plans(run, space)
         est = Estimator(en.base)
@@ -162,13 +165,14 @@ def sampled() -> dict[str, list[tuple[Any, Any]]]:
     return out
 
 
-@pytest.mark.parametrize("name", ["dense", "moe"])
+@pytest.mark.parametrize("name", ["dense", "moe", "dense-zb", "moe-zb"])
 def test_estimated_step_time_agrees_with_the_engine(
         sampled: dict[str, list[tuple[Any, Any]]], name: str) -> None:
     # The estimate prices the same bound operators with the same cost models and replays the
     # engine's schedule, so it should agree to rounding; long schedules are extrapolated from
     # two shorter ones, worth up to a few per cent in adversarial cases. Measured here:
-    # median 0.0000, max < 0.002 (dense and MoE). Asserted: median 1 %, max 5 %.
+    # median 0.0000, max < 0.002 (dense and MoE, 1F1B/interleaved and ZB-H1; ZB-H1: max
+    # 2e-14). Asserted: median 1 %, max 5 %.
     errors = []
     for e, r in sampled[name]:
         assert e.feasible == r.feasible, (e.point, e.reason, r.reason)
@@ -204,7 +208,7 @@ def test_estimate_agrees_with_blocking_scatter_gathered_sends() -> None:
     assert checked >= 3
 
 
-@pytest.mark.parametrize("name", ["dense", "moe"])
+@pytest.mark.parametrize("name", ["dense", "moe", "dense-zb", "moe-zb"])
 def test_estimate_ranks_like_the_engine(sampled: dict[str, list[tuple[Any, Any]]],
                                         name: str) -> None:
     pairs = [(e, r) for e, r in sampled[name] if r.feasible]
@@ -213,7 +217,7 @@ def test_estimate_ranks_like_the_engine(sampled: dict[str, list[tuple[Any, Any]]
     assert engine_best in [e.point for e, _ in by_estimate[:3]]
 
 
-@pytest.mark.parametrize("name", ["dense", "moe"])
+@pytest.mark.parametrize("name", ["dense", "moe", "dense-zb", "moe-zb"])
 def test_estimated_memory_equals_the_engine_report(sampled: dict[str, list[tuple[Any, Any]]],
                                                    name: str) -> None:
     for e, r in sampled[name]:  # feasible and out-of-memory plans alike
@@ -384,3 +388,108 @@ def test_cli_no_feasible_plan_exits_2(capsys: pytest.CaptureFixture[str]) -> Non
     captured = capsys.readouterr()
     assert code == 2 and "no feasible plan" in captured.err
     assert "out of memory" in captured.out
+
+
+# --- zero-bubble ZB-H1, the schedule as a searched field, plan fields from the spec -----------
+
+
+@pytest.mark.parametrize("pp,m", [(4, 8), (2, 5), (3, 3)])
+def test_zb_h1_program_runs_w_passes_after_their_b(pp: int, m: int) -> None:
+    # equal F, B and W passes and free sends: ZB-H1 takes 3m + (pp - 1) pass times (Qi et al.
+    # 2023, Sec. 2.1), against 1F1B's 3m + 3(pp - 1) with B+W fused into one 2-unit backward
+    prog = compile_program("zb-h1", pp, 1, m)
+    assert prog.phases == ("F", "B", "W") and len(prog.tasks) == 3 * pp * m
+    zb = run_program(prog, [1.0] * (3 * pp), 0.0, None)
+    assert max(zb.end) == pytest.approx(3 * m + (pp - 1))
+    one = run_program(compile_program("1f1b", pp, 1, m), [1.0, 2.0] * pp, 0.0, None)
+    assert max(one.end) == pytest.approx(3 * m + 3 * (pp - 1))
+    # gradient buckets are released from the last W pass of each stage (its last pass)
+    for s in range(pp):
+        assert zb.last_b_start[s][0] == pytest.approx(zb.end[s] - 1.0)
+        assert zb.b_end[s] <= zb.last_b_start[s][0]
+
+
+def test_zb_h1_activation_peak_matches_the_schedule() -> None:
+    for pp, n in [(4, 8), (8, 3), (3, 20)]:
+        live = live_vectors("zb-h1", pp, 1, n)
+        for s, order in enumerate(schedule("zb-h1", pp, 1, n)):
+            assert live[s].max() == max_in_flight(order, {0: 1.0})
+
+
+def test_search_ranks_zb_h1_plans_and_confirms_them() -> None:
+    run = build_run(**DENSE, schedule="zb-h1")  # type: ignore[arg-type]
+    space = SearchSpace(tp=[8], pp=[4, 8], micro_batch_size=[1], recompute=["none"],
+                        zero_stage=[1])
+    res = search(run, space, top_n=3, confirm=2)
+    assert res.best is not None and res.best.plan["schedule"] == "zb-h1"
+    for c in res.candidates[:2]:
+        assert c.report is not None
+        assert c.estimate_step_time_s == pytest.approx(c.report.step_time_s, rel=1e-9)
+
+
+def test_schedule_is_searched_only_on_request() -> None:
+    run = build_run(**DENSE)  # type: ignore[arg-type]
+    plain = enumerate_plans(run, SearchSpace(tp=[8], pp=[4], micro_batch_size=[1]))
+    assert "schedule" not in plain.axes and "schedule" not in plain.plans[0].fields
+    space = SearchSpace(tp=[8], pp=[4], vpp=[1, 2], micro_batch_size=[1],
+                        recompute=["none"], zero_stage=[1],
+                        schedule=["1f1b", "interleaved", "zb-h1"])
+    en = enumerate_plans(run, space)
+    assert {(p.schedule, p.vpp) for p in en.plans} == {("1f1b", 1), ("interleaved", 2),
+                                                       ("zb-h1", 1)}
+    assert sum(en.rejected.values()) > 0  # interleaved at vpp 1, 1f1b/zb-h1 at vpp 2
+    res = search(run, space, top_n=3, confirm=3)
+    assert {c.plan["schedule"] for c in res.candidates} == {"1f1b", "interleaved", "zb-h1"}
+    for c in res.candidates:
+        assert c.report is not None and c.report.plan["schedule"] == c.plan["schedule"]
+        assert c.estimate_step_time_s == pytest.approx(c.report.step_time_s, rel=1e-9)
+    by = {c.plan["schedule"]: c.estimate_step_time_s for c in res.candidates}
+    assert by["zb-h1"] < by["1f1b"]  # a third of the bubble
+
+
+def test_cli_schedule_values_and_pinned_zb_h1(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["search", "--model", "gpt3-175b", "--gpus", "64", "--global-batch", "64",
+            "--tp-values", "8", "--pp-values", "4", "--micro-batch", "1", "--recompute",
+            "none", "--zero", "1", "--top", "2", "--confirm", "1", "--format", "json"]
+    assert main([*base, "--schedule", "zb-h1"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["best"]["plan"]["schedule"] == "zb-h1"
+    assert main([*base, "--schedule-values", "1f1b,zb-h1"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["axes"]["schedule"] == ["1f1b", "zb-h1"]
+    assert d["best"]["plan"]["schedule"] == "zb-h1"
+
+
+def test_a_new_plan_field_needs_only_the_spec(tmp_path: Any) -> None:
+    # A plan field declared on a ParallelismSpec subclass (searched as a switch) gets a
+    # --<field>-values search flag, a SearchSpace entry, a search result column and a study
+    # row column, and appears in the engine report's plan, with no other change.
+    import argparse
+
+    from pydantic import Field
+
+    from codesign.cli.search_cmd import register, space_and_fixed, value_flags
+    from codesign.experiments.point import plan_columns
+    from codesign.search.fields import space_model
+
+    class WithKnob(ParallelismSpec):
+        fancy_knob: bool = Field(default=False, description="a new plan switch",
+                                 json_schema_extra={"search": "switch"})
+
+    assert ("fancy-knob", "fancy_knob", "bool") in value_flags(WithKnob)
+    ap = argparse.ArgumentParser()
+    register(ap.add_subparsers(), WithKnob)
+    args = ap.parse_args(["search", "--fancy-knob-values", "false,true", "--tp-values", "8"])
+    space, fixed = space_and_fixed(args, WithKnob)
+    assert space.fancy_knob == [False, True] and space.tp == [8] and fixed == {}
+    assert "fancy_knob" in plan_columns(WithKnob)
+
+    run = build_run(model="gpt3-175b", gpu="h100", num_gpus=64, global_batch_size=64)
+    run = run.model_copy(update={"parallel": WithKnob(**run.parallel.model_dump())})
+    space = space_model(WithKnob)(tp=[8], pp=[4, 8], micro_batch_size=[1],
+                                  recompute=["none"], zero_stage=[1], fancy_knob=[False, True])
+    res = search(run, space, top_n=2, confirm=1)
+    rows = res.rows()
+    assert {r["fancy_knob"] for r in rows} == {False, True}
+    assert res.best is not None and "fancy_knob" in res.best.plan
+    assert "fancy_knob" in res.candidates[0].plan

@@ -21,16 +21,19 @@ from codesign.cli.common import (
 )
 from codesign.cli.plan_flags import flag_of, plan_from_args
 from codesign.errors import SpecError
+from codesign.specs.parallel import ParallelismSpec
 
 
-def value_flags() -> list[tuple[str, str, str]]:
-    """``--<flag>-values`` of every searched plan field: (flag stem, SearchSpace field, value
-    kind), derived from the field's plan flag (``--micro-batch`` -> ``--micro-batch-values``)."""
-    from codesign.search.space import SEARCH_FIELDS
+def value_flags(spec: type[ParallelismSpec] = ParallelismSpec) -> list[tuple[str, str, str]]:
+    """``--<flag>-values`` of every searched plan field of ``spec``: (flag stem, SearchSpace
+    field, value kind), derived from the field's plan flag (``--micro-batch`` ->
+    ``--micro-batch-values``); the searched fields are declared on the spec
+    (:mod:`codesign.search.fields`)."""
+    from codesign.search.fields import searched_fields
 
     out = []
-    for field in SEARCH_FIELDS:
-        f = flag_of(field)
+    for field in searched_fields(spec):
+        f = flag_of(field, spec)
         out.append((f.flag.removeprefix("--"), field, "str" if f.kind == "list" else f.kind))
     return out
 
@@ -39,8 +42,8 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
 
-def register(sub: Any) -> None:
-    """Add ``search`` to the top-level subparsers ``sub``."""
+def register(sub: Any, spec: type[ParallelismSpec] = ParallelismSpec) -> None:
+    """Add ``search`` to the top-level subparsers ``sub`` (plan fields of ``spec``)."""
     ap = sub.add_parser(
         "search", help="search parallelism plans (TP, PP, CP, EP, VPP, micro-batch, recompute, "
                        "ZeRO, overlap) and confirm the best with the engine",
@@ -49,8 +52,9 @@ def register(sub: Any) -> None:
                     "cost models, and simulate the best with the engine. Plan flags (--tp, "
                     "--recompute, --sp ...) pin a field; --<field>-values lists the values to "
                     "search; other fields take automatic values from the model and system. "
+                    "--schedule-values searches the pipeline schedule (only when given). "
                     "Settings that are never searched (--global-batch, --seq-len, --dtype, "
-                    "--schedule, --etp, --placement ...) apply to every plan.",
+                    "--etp, --placement ...) apply to every plan.",
         epilog="Example:\n  codesign search --model gpt3-175b --gpu h100 --gpus 1024 "
                "--global-batch 1024 --tp-values 4,8 --top 5",
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -62,8 +66,9 @@ def register(sub: Any) -> None:
     ap.add_argument("--confirm", type=int, default=3, metavar="K",
                     help="best plans to simulate with the engine (default 3)")
     add_jobs(ap, "for the estimates (small spaces run in this process)")
-    for stem, field, kind in value_flags():
-        example = {"int": "1,2,4,8", "str": "none,selective,full", "bool": "true,false"}[kind]
+    for stem, field, kind in value_flags(spec):
+        example = {"int": "1,2,4,8", "str": "none,selective,full", "bool": "true,false",
+                   "float": "0.5,1"}.get(kind, "a,b")
         ap.add_argument(f"--{stem}-values", dest=f"values_{field}", metavar="LIST",
                         help=f"{field} values to search, comma-separated (e.g. {example})")
     add_format(ap)
@@ -83,6 +88,11 @@ def _parse_list(flag: str, text: str, kind: str) -> list[Any]:
             if not t.lstrip("-").isdigit():
                 raise SpecError(f"{flag}: '{t}' is not a whole number (give e.g. 1,2,4,8)")
             out.append(int(t))
+        elif kind == "float":
+            try:
+                out.append(float(t))
+            except ValueError:
+                raise SpecError(f"{flag}: '{t}' is not a number") from None
         elif kind == "bool":
             if t.lower() not in _TRUE | _FALSE:
                 raise SpecError(f"{flag}: '{t}' is not true or false")
@@ -92,12 +102,13 @@ def _parse_list(flag: str, text: str, kind: str) -> list[Any]:
     return out
 
 
-def space_and_fixed(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+def space_and_fixed(args: argparse.Namespace, spec: type[ParallelismSpec] = ParallelismSpec
+                    ) -> tuple[Any, dict[str, Any]]:
     """The SearchSpace from the ``--*-values`` flags and the fields pinned by plan flags
     (or by the plan of a ``--run`` file)."""
-    from codesign.search.space import SEARCH_FIELDS, SearchSpace
+    from codesign.search.fields import searched_fields, space_model
 
-    flags = value_flags()
+    flags = value_flags(spec)
     values: dict[str, Any] = {}
     for stem, field, kind in flags:
         text = getattr(args, f"values_{field}")
@@ -105,14 +116,15 @@ def space_and_fixed(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
             values[field] = _parse_list(f"--{stem}-values", text, kind)
     pinned: dict[str, Any] = {}
     _, plan = run_file_of(args)
-    plan.update(plan_from_args(args))
-    pinned.update({k: v for k, v in plan.items() if k in SEARCH_FIELDS and v is not None})
+    plan.update(plan_from_args(args, spec))
+    searched = searched_fields(spec)
+    pinned.update({k: v for k, v in plan.items() if k in searched and v is not None})
     stem_of = {field: stem for stem, field, _ in flags}
     for field in values:
         if field in pinned:
             raise SpecError(f"--{stem_of[field]}-values searches {field}, which a plan flag "
                             f"(or the run file) pins to {pinned[field]!r}: give one of them")
-    space = SearchSpace.parse(values, "search space")
+    space = space_model(spec).parse(values, "search space")
     return space, pinned
 
 

@@ -22,11 +22,20 @@ from codesign.specs.parallel import ParallelismSpec
 from codesign.specs.run import TrainingRun
 from codesign.units import GiB
 
+
+def plan_columns(spec: type[ParallelismSpec] = ParallelismSpec) -> tuple[str, ...]:
+    """Plan columns of a row (``plan.<name>``, the plan actually simulated): every field of
+    ``spec`` in its order, except those marked ``json_schema_extra={"column": False}``."""
+    out = []
+    for name, info in spec.model_fields.items():
+        extra = info.json_schema_extra
+        if not (isinstance(extra, dict) and extra.get("column") is False):
+            out.append(name)
+    return tuple(out)
+
+
 #: plan columns of a row (``plan.<name>``): the plan actually simulated
-PLAN_COLUMNS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "global_batch_size",
-                "seq_len", "recompute", "zero_stage", "sequence_parallel", "tp_comm_overlap",
-                "overlap_grad_reduce", "overlap_param_gather", "pipeline_scatter_gather",
-                "overlap_p2p", "dtype", "schedule")
+PLAN_COLUMNS = plan_columns()
 #: metric columns (NaN unless the point is ok)
 METRIC_COLUMNS = ("step_time_s", "mfu", "hfu", "tokens_per_s", "tflops_per_gpu",
                   "hardware_tflops_per_gpu", "memory_GiB",
@@ -81,7 +90,7 @@ def _fill_run(row: dict[str, Any], run: TrainingRun, point: Point) -> None:
     plan = p.model_dump()
     plan.update(dp=run.dp, seq_len=run.seq_len, zero_stage=p.sharding_stage,
                 schedule=p.pipeline_schedule)
-    for k in PLAN_COLUMNS:
+    for k in plan_columns(type(p)):
         if f"plan.{k}" not in point.overrides:
             row[f"plan.{k}"] = plan[k]
     row["memory_capacity_GiB"] = run.gpu.memory_bytes / GiB

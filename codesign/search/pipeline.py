@@ -8,7 +8,9 @@ stage's in-order send stream, ``x`` seconds per send; the first forward of each 
 for its first parameter-gather bucket), are compiled once per
 ``(schedule, pp, vpp, micro-batches)`` into a flat program in dependency order, which is then
 evaluated for any chunk times with one loop and no event queue. Given the same chunk times, the
-per-stage compute end times equal the engine's.
+per-stage compute end times equal the engine's. Split-backward schedules (ZB-H1) have three
+pass slots per chunk (``F``, ``B`` input gradients, ``W`` weight gradients), and their gradient
+buckets are released from each chunk's last ``W`` pass, as in the step program.
 
 Long schedules are evaluated at two shorter micro-batch counts ``n1`` and ``n2 = n1 + pp`` and
 extended linearly (the schedule is periodic in ``pp`` micro-batches once warmed up); see
@@ -23,7 +25,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from codesign.workload.schedules import SPLIT_BACKWARD
+from codesign.workload.schedules import SPLIT_BACKWARD, bounded_count, max_in_flight, schedule
 from codesign.workload.step_program import StepShape, build_step_program
 
 #: groups of ``pp`` micro-batches simulated before the schedule is taken as periodic
@@ -32,19 +34,29 @@ WARM_GROUPS = 2
 MAX_TASKS = 16384
 
 
+def phases_of(kind: str) -> tuple[str, ...]:
+    """Pass phases of schedule ``kind``: ``F``, ``B`` and, for split-backward schedules,
+    ``W`` (then ``B`` is the input-gradient part of the backward)."""
+    return ("F", "B", "W") if kind in SPLIT_BACKWARD else ("F", "B")
+
+
 @dataclass(frozen=True)
 class Program:
     """A compiled schedule. ``tasks``: ``(stage, dep, duration slot, send slot, gate slot,
     dep_is_send)`` in an order where every dependency comes first; ``dep`` is -1 for none.
-    ``last_b[s][c]``: id of the last backward of chunk ``c`` on stage ``s``;
-    ``release_order[s]``: chunks of stage ``s`` by the position of their last backward."""
+    Duration slots are ``(s·vpp + c)·len(phases) + phase index``. ``last_b[s][c]``: id of the
+    last gradient pass (``B``, or ``W`` in split schedules) of chunk ``c`` on stage ``s``;
+    ``last_bi[s]``: id of the last ``B`` pass of stage ``s``; ``release_order[s]``: chunks of
+    stage ``s`` by the position of their last gradient pass."""
 
     kind: str
     pp: int
     vpp: int
     n: int
+    phases: tuple[str, ...]
     tasks: tuple[tuple[int, int, int, int, int, bool], ...]
     last_b: tuple[tuple[int, ...], ...]
+    last_bi: tuple[int, ...]
     release_order: tuple[tuple[int, ...], ...]
 
 
@@ -53,11 +65,10 @@ def compile_program(kind: str, pp: int, vpp: int, n: int) -> Program:
     """Compile the ``kind`` schedule for ``pp`` stages, ``vpp`` chunks and ``n`` micro-batches
     from the step program (:func:`codesign.workload.step_program.build_step_program`): its
     passes, in its order, with each pass's dependency (a send of another stage is followed
-    back to the pass that sent it) and its own send. Schedules that split the backward
-    (``W`` passes) are not compiled here."""
-    if kind in SPLIT_BACKWARD:
-        raise ValueError(f"the search estimator does not time split-backward schedules "
-                         f"({kind}); the engine does")
+    back to the pass that sent it; a ``W`` pass depends on its own ``B``) and its own send."""
+    phases = phases_of(kind)
+    nph = len(phases)
+    grad = phases[-1]
     shape = StepShape(schedule=kind, pp=pp, vpp=vpp, num_microbatches=n,
                       buckets=((),) * (pp * vpp), zero=0, dense_grp="dp", expert_grp="edp",
                       dense_n=1, expert_n=1, overlap_grad_reduce=True,
@@ -70,11 +81,12 @@ def compile_program(kind: str, pp: int, vpp: int, n: int) -> Program:
     seen_chunk: set[tuple[int, int]] = set()
     last_b = [[-1] * vpp for _ in range(pp)]
     last_pos = [[-1] * vpp for _ in range(pp)]
+    last_bi = [-1] * pp
     count = [0] * pp
     for x in nodes:
         if x.kind != "pass":
             continue
-        s, c, fwd = x.stage, x.chunk, x.phase == "F"
+        s, c, ph = x.stage, x.chunk, x.phase
         dep, via_send = -1, False
         for d in x.deps:
             src = nodes[d]
@@ -83,18 +95,21 @@ def compile_program(kind: str, pp: int, vpp: int, n: int) -> Program:
             elif src.kind == "pass":
                 dep = index[d]
         gate = -1
-        if fwd and (s, c) not in seen_chunk:
+        if ph == "F" and (s, c) not in seen_chunk:
             seen_chunk.add((s, c))
             gate = s * vpp + c
-        if not fwd:
+        if ph == grad:
             last_b[s][c] = len(tasks)
             last_pos[s][c] = count[s]
-        send = (2 * s + (not fwd)) if x.id in sent else -1
+        if ph == "B":
+            last_bi[s] = len(tasks)
+        send = (2 * s + (ph != "F")) if x.id in sent else -1
         index[x.id] = len(tasks)
-        tasks.append((s, dep, (s * vpp + c) * 2 + (not fwd), send, gate, via_send))
+        tasks.append((s, dep, (s * vpp + c) * nph + phases.index(ph), send, gate, via_send))
         count[s] += 1
     release = tuple(tuple(sorted(range(vpp), key=row.__getitem__)) for row in last_pos)
-    return Program(kind, pp, vpp, n, tuple(tasks), tuple(tuple(r) for r in last_b), release)
+    return Program(kind, pp, vpp, n, phases, tuple(tasks), tuple(tuple(r) for r in last_b),
+                   tuple(last_bi), release)
 
 
 @dataclass(frozen=True)
@@ -102,20 +117,23 @@ class PipelineTimes:
     """Per-stage results of one pipeline run (seconds).
 
     ``end``: when each stage's compute stream finishes its last pass; ``last_b_start[s][c]``:
-    start of the last backward of chunk ``c`` on stage ``s`` (gradient buckets are released
-    from it); ``wait_pp``/``wait_gate``: compute-stream idle time spent waiting for a
+    start of the last gradient pass (``B``, or ``W`` in split schedules) of chunk ``c`` on
+    stage ``s`` (gradient buckets are released from it); ``b_end[s]``: end of the stage's last
+    ``B`` pass; ``wait_pp``/``wait_gate``: compute-stream idle time spent waiting for a
     pipeline send / for a parameter-gather bucket."""
 
     end: tuple[float, ...]
     last_b_start: tuple[tuple[float, ...], ...]
     wait_pp: tuple[float, ...]
     wait_gate: tuple[float, ...]
+    b_end: tuple[float, ...] = ()
 
 
 def run_program(prog: Program, durations: list[float], x: float,
                 gates: list[float] | None, blocking: bool = False,
                 gather: float = 0.0) -> PipelineTimes:
-    """Evaluate ``prog``. ``durations[(s·vpp + c)·2 + phase]`` (phase 0 forward, 1 backward)
+    """Evaluate ``prog``. ``durations[(s·vpp + c)·P + j]`` (``P`` phases, ``j`` the phase's
+    index in ``prog.phases``: 0 forward, 1 backward (input gradients), 2 weight gradients)
     are chunk-pass times, ``x`` the time of one pipeline send, ``gates[s·vpp + c]`` the time
     the first forward of chunk ``c`` on stage ``s`` may start (None: no gate). ``blocking``:
     a send holds its stage's compute stream (``overlap_p2p`` off); ``gather``: seconds the
@@ -159,9 +177,11 @@ def run_program(prog: Program, durations: list[float], x: float,
             arrive[i] = t
         else:
             arrive[i] = e
-    last = tuple(tuple(end[t] - durations[(s * vpp + c) * 2 + 1] for c, t in enumerate(row))
-                 for s, row in enumerate(prog.last_b))
-    return PipelineTimes(tuple(free), last, tuple(wait_pp), tuple(wait_gate))
+    nph = len(prog.phases)
+    last = tuple(tuple(end[t] - durations[(s * vpp + c) * nph + nph - 1]
+                       for c, t in enumerate(row)) for s, row in enumerate(prog.last_b))
+    b_end = tuple(end[t] for t in prog.last_bi)
+    return PipelineTimes(tuple(free), last, tuple(wait_pp), tuple(wait_gate), b_end)
 
 
 def pipeline_times(kind: str, pp: int, vpp: int, n: int, durations: list[float], x: float,
@@ -179,7 +199,7 @@ def pipeline_times(kind: str, pp: int, vpp: int, n: int, durations: list[float],
     imbalance (a last chunk twice as long, sends half a chunk long) can leave a few per cent.
     ``max_tasks`` caps the work: very deep pipelines extrapolate from ``pp`` and ``2·pp``.
     """
-    passes = 2 * pp * vpp
+    passes = len(phases_of(kind)) * pp * vpp
     if n <= (WARM_GROUPS + 1) * pp:
         return run_program(compile_program(kind, pp, vpp, n), durations, x, gates, blocking, gather)
     m = WARM_GROUPS if passes * (2 * WARM_GROUPS + 1) * pp <= max_tasks else 1
@@ -198,6 +218,7 @@ def pipeline_times(kind: str, pp: int, vpp: int, n: int, durations: list[float],
                            for ra, rb in zip(a.last_b_start, b.last_b_start, strict=True)),
         wait_pp=tuple(ext(u, w) for u, w in zip(a.wait_pp, b.wait_pp, strict=True)),
         wait_gate=b.wait_gate,
+        b_end=tuple(ext(u, w) for u, w in zip(a.b_end, b.b_end, strict=True)),
     )
 
 
@@ -218,6 +239,10 @@ def live_vectors(kind: str, pp: int, vpp: int, n: int) -> np.ndarray:
         return np.full((pp, 1, 1), n, dtype=np.int64)
     if kind == "1f1b":
         return np.array([[[min(pp - s, n)]] for s in range(pp)], dtype=np.int64)
+    if kind in SPLIT_BACKWARD:  # one chunk: walk the orders (a forward lives until its W)
+        orders = schedule(kind, pp, vpp, bounded_count(pp, n))
+        return np.array([[[round(max_in_flight(o, {0: 1.0}))]] for o in orders],
+                        dtype=np.int64)
     total, group = n * vpp, pp * vpp
     chunks = np.arange(vpp)
     per_stage = []

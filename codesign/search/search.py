@@ -18,18 +18,18 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from codesign.api import _plan_summary, simulate_run
 from codesign.errors import SpecError
 from codesign.report.training import BREAKDOWN_KEYS, MEMORY_KEYS, TrainingReport
 from codesign.search.estimate import Estimate, Estimator
+from codesign.search.fields import SearchSpaceBase
 from codesign.search.space import (
     SEARCH_FIELDS,
     Enumeration,
     PlanPoint,
-    SearchSpace,
     enumerate_plans,
     plan_run,
     reason_class,
@@ -53,9 +53,11 @@ class Candidate:
     memory_GiB: dict[str, float]  # estimate, per GPU on the most loaded stage
     breakdown_s: dict[str, float]  # estimate, critical stage
     report: TrainingReport | None = None
+    point: PlanPoint | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = asdict(replace(self, point=None))
+        del d["point"]
         d["report"] = self.report.to_dict() if self.report is not None else None
         return d
 
@@ -98,12 +100,11 @@ class SearchResult:
     def rows(self) -> list[dict[str, Any]]:
         """One flat row per evaluated plan: settings, status, reason, estimate, memory,
         breakdown, and the engine's step time / MFU where confirmed."""
-        confirmed = {tuple(c.plan[k] for k in SEARCH_FIELDS): c.report
-                     for c in self.candidates if c.report is not None}
+        confirmed = {c.point: c.report for c in self.candidates if c.report is not None}
         out = []
         for e in self.estimates:
             p = e.point
-            row: dict[str, Any] = {k: getattr(p, k) for k in SEARCH_FIELDS}
+            row: dict[str, Any] = p.settings()
             row.update(status="feasible" if e.feasible else "infeasible", reason=e.reason,
                        num_microbatches=e.num_microbatches,
                        estimate_step_time_s=e.step_time_s, estimate_mfu=e.mfu,
@@ -112,7 +113,7 @@ class SearchResult:
                 row[f"memory_GiB.{k}"] = e.memory_GiB.get(k)
             for k in BREAKDOWN_KEYS:
                 row[f"breakdown_s.{k}"] = e.breakdown_s.get(k)
-            rep = confirmed.get(tuple(getattr(p, k) for k in SEARCH_FIELDS))
+            rep = confirmed.get(p)
             row["engine_step_time_s"] = rep.step_time_s if rep is not None else None
             row["engine_mfu"] = rep.mfu if rep is not None else None
             out.append(row)
@@ -162,7 +163,7 @@ def _engine_score(r: TrainingReport, objective: str) -> float:
     return value if value is not None else float("-inf")
 
 
-def search(run: TrainingRun, space: SearchSpace | None = None, *,
+def search(run: TrainingRun, space: SearchSpaceBase | None = None, *,
            fixed: dict[str, Any] | None = None, objective: Objective = "mfu",
            top_n: int = 10, confirm: int = 3, jobs: int = 1,
            progress: bool = False) -> SearchResult:
@@ -191,7 +192,7 @@ def search(run: TrainingRun, space: SearchSpace | None = None, *,
         t_est = time.perf_counter()
         ranked = sorted((e for e in estimates if e.feasible),
                         key=lambda e: (-_score(e, objective), e.memory_GiB["total"],
-                                       tuple(str(getattr(e.point, k)) for k in SEARCH_FIELDS)))
+                                       tuple(str(v) for v in e.point.values)))
         candidates = [_candidate(en, e) for e in ranked[:top_n]]
         best = _confirm_top(en, candidates, confirm, objective, pool)
     finally:
@@ -254,14 +255,15 @@ def _candidate(en: Enumeration, e: Estimate) -> Candidate:
     return Candidate(plan=_plan_summary(plan_run(en.base, e.point)),
                      estimate_step_time_s=e.step_time_s, estimate_mfu=e.mfu,
                      estimate_tokens_per_s=e.tokens_per_s, memory_GiB=dict(e.memory_GiB),
-                     breakdown_s=dict(e.breakdown_s))
+                     breakdown_s=dict(e.breakdown_s), point=e.point)
 
 
 def _confirm_top(en: Enumeration, candidates: list[Candidate], confirm: int, objective: str,
                  pool: Executor | None) -> TrainingReport | None:
     """Simulate the first ``confirm`` candidates with the engine; the best feasible wins."""
     chosen = candidates[:confirm]
-    runs = [plan_run(en.base, _point(c.plan)) for c in chosen]
+    runs = [plan_run(en.base, c.point if c.point is not None else _point(en, c.plan))
+            for c in chosen]
     reports: Iterable[TrainingReport] = (pool.map(_confirm, runs) if pool is not None
                                          and len(runs) > 1 else map(_confirm, runs))
     best: TrainingReport | None = None
@@ -273,8 +275,9 @@ def _confirm_top(en: Enumeration, candidates: list[Candidate], confirm: int, obj
     return best
 
 
-def _point(plan: dict[str, Any]) -> PlanPoint:
-    return PlanPoint(**{k: plan[k] for k in SEARCH_FIELDS})
+def _point(en: Enumeration, plan: dict[str, Any]) -> PlanPoint:
+    fields = en.plans[0].fields if en.plans else SEARCH_FIELDS
+    return PlanPoint(fields, tuple(plan[k] for k in fields))
 
 
 def default_jobs() -> int:

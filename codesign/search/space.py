@@ -6,6 +6,9 @@ derived (``num_gpus / (tp·pp·cp)``); every other plan setting (global batch, s
 dtype, schedule, expert TP, placement ...) comes from the run, or from ``fixed``, which also pins
 searched fields.
 
+The searched fields and the ``SearchSpace`` model are declared on the plan spec
+(:mod:`codesign.search.fields`); ``schedule`` is searched only when values are listed for it.
+
 Validity is decided by the simulator's own rules, not a copy of them: the
 :class:`~codesign.specs.parallel.ParallelismSpec` validator and
 :func:`~codesign.workload.dims.plan_problems`. Those rules only involve the structural fields
@@ -20,29 +23,34 @@ it has one rank or under ZeRO-0 (the engine gives the same result for every valu
 from __future__ import annotations
 
 import re
+import typing
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import product
 from typing import Any, Literal
 
-from pydantic import Field, StrictInt, ValidationError, model_validator
+from pydantic import ValidationError
 
 from codesign.errors import SpecError
-from codesign.specs.base import Spec, format_validation_error
+from codesign.search.fields import (
+    PlanPoint,
+    on_request_fields,
+    searched_fields,
+    space_model,
+    structural_fields,
+    switch_fields,
+)
+from codesign.specs.base import format_validation_error
 from codesign.specs.parallel import ParallelismSpec
 from codesign.specs.run import TrainingRun
 from codesign.specs.topology import TwoTierTopology
 from codesign.workload.dims import plan_problems
 
-Recompute = Literal["none", "selective", "full"]
-
-#: the searched plan fields, in enumeration order
-SEARCH_FIELDS: tuple[str, ...] = (
-    "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "recompute", "zero_stage",
-    "sequence_parallel", "tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather",
-)
-STRUCTURAL: tuple[str, ...] = SEARCH_FIELDS[:6]
-SWITCHES: tuple[str, ...] = SEARCH_FIELDS[6:]
+#: the always-searched plan fields, in enumeration order (declared on the spec: see
+#: :mod:`codesign.search.fields`); ``schedule`` is searched on request
+SEARCH_FIELDS: tuple[str, ...] = searched_fields(ParallelismSpec, ("structural", "switch"))
+STRUCTURAL: tuple[str, ...] = structural_fields()
+SWITCHES: tuple[str, ...] = switch_fields()
 
 #: automatic micro-batch sizes and interleaving depths
 AUTO_MICRO_BATCH = (1, 2, 4, 8)
@@ -52,52 +60,8 @@ AUTO_MAX_DEGREE = 64
 #: automatic CP keeps at least this many tokens per rank
 AUTO_CP_MIN_TOKENS = 4096
 
-
-class SearchSpace(Spec):
-    """Allowed values per searched plan field; ``None`` = automatic (see :func:`axis_values`)."""
-
-    tp: list[StrictInt] | None = Field(default=None, min_length=1)
-    pp: list[StrictInt] | None = Field(default=None, min_length=1)
-    cp: list[StrictInt] | None = Field(default=None, min_length=1)
-    ep: list[StrictInt] | None = Field(default=None, min_length=1)
-    vpp: list[StrictInt] | None = Field(default=None, min_length=1)
-    micro_batch_size: list[StrictInt] | None = Field(default=None, min_length=1)
-    recompute: list[Recompute] | None = Field(default=None, min_length=1)
-    zero_stage: list[Literal[0, 1, 2, 3]] | None = Field(default=None, min_length=1)
-    sequence_parallel: list[bool] | None = Field(default=None, min_length=1)
-    tp_comm_overlap: list[bool] | None = Field(default=None, min_length=1)
-    overlap_grad_reduce: list[bool] | None = Field(default=None, min_length=1)
-    overlap_param_gather: list[bool] | None = Field(default=None, min_length=1)
-
-    @model_validator(mode="after")
-    def _check(self) -> SearchSpace:
-        for name in STRUCTURAL:
-            values = getattr(self, name)
-            if values is not None and any(v < 1 for v in values):
-                raise ValueError(f"{name}: values must be whole numbers >= 1, got {values}")
-        return self
-
-
-@dataclass(frozen=True, slots=True)
-class PlanPoint:
-    """One searched plan: the values of the searched fields (dp is derived)."""
-
-    tp: int
-    pp: int
-    cp: int
-    ep: int
-    vpp: int
-    micro_batch_size: int
-    recompute: str
-    zero_stage: int
-    sequence_parallel: bool
-    tp_comm_overlap: bool
-    overlap_grad_reduce: bool
-    overlap_param_gather: bool
-
-    def settings(self) -> dict[str, Any]:
-        """The searched fields as plan settings."""
-        return {name: getattr(self, name) for name in SEARCH_FIELDS}
+#: allowed values per searched field of :class:`ParallelismSpec`; ``None`` = automatic
+SearchSpace = space_model(ParallelismSpec)
 
 
 @dataclass
@@ -125,7 +89,8 @@ def base_run(run: TrainingRun, fixed: dict[str, Any] | None) -> TrainingRun:
 
     Raises :class:`SpecError` naming an unknown field or a bad value."""
     fixed = dict(fixed or {})
-    allowed = set(ParallelismSpec.model_fields)
+    spec = type(run.parallel)
+    allowed = set(spec.model_fields)
     unknown = sorted(set(fixed) - allowed)
     if unknown:
         raise SpecError(f"fixed: unknown plan field '{unknown[0]}'; allowed: "
@@ -134,7 +99,7 @@ def base_run(run: TrainingRun, fixed: dict[str, Any] | None) -> TrainingRun:
         return run
     data = run.parallel.model_dump()
     data.update(fixed)
-    par = ParallelismSpec.parse(data, "fixed")
+    par = spec.parse(data, "fixed")
     return run.model_copy(update={"parallel": par})
 
 
@@ -153,9 +118,10 @@ def auto_values(name: str, run: TrainingRun) -> list[Any]:
     the layer count up to min(layers, 64); cp: 1, and powers of two that keep at least 4,096
     tokens per rank (16 at most); ep: 1 for a dense model, else powers of two dividing the
     expert count (64 at most); vpp: 1, 2, 3, 4, 6, 8 where the layers split evenly over
-    pp × vpp (Megatron-LM's condition for interleaving); micro-batch 1, 2, 4, 8; recompute all
-    three; ZeRO 0-3; sequence parallelism and TP overlap both ways; DP overlaps on (they never
-    slow the engine down; list both values to search them).
+    pp × vpp (Megatron-LM's condition for interleaving); micro-batch 1, 2, 4, 8; DP overlaps
+    on (they never slow the engine down; list both values to search them). Any other field:
+    every choice of a ``Literal`` (recompute, ZeRO stage, schedule), both values of a switch
+    (sequence parallelism, TP overlap), else the run's value.
     """
     m, n = run.model, run.num_gpus
     if name == "tp":
@@ -178,29 +144,36 @@ def auto_values(name: str, run: TrainingRun) -> list[Any]:
         return list(AUTO_VPP)
     if name == "micro_batch_size":
         return list(AUTO_MICRO_BATCH)
-    if name == "recompute":
-        return ["none", "selective", "full"]
-    if name == "zero_stage":
-        return [0, 1, 2, 3]
-    if name in ("sequence_parallel", "tp_comm_overlap"):
-        return [False, True]
     if name in ("overlap_grad_reduce", "overlap_param_gather"):
         return [True]
-    raise ValueError(f"not a searched field: {name}")
+    spec = type(run.parallel)
+    if name not in spec.model_fields:
+        raise ValueError(f"not a searched field: {name}")
+    ann = spec.model_fields[name].annotation
+    if typing.get_origin(ann) is Literal:
+        return list(typing.get_args(ann))
+    if ann is bool:
+        return [False, True]
+    return [getattr(run.parallel, name)]
 
 
-def axis_values(run: TrainingRun, space: SearchSpace | None,
+def axis_values(run: TrainingRun, space: Any | None,
                 fixed: dict[str, Any] | None = None) -> dict[str, list[Any]]:
-    """Values searched per field: pinned by ``fixed``, listed in ``space``, or automatic."""
-    space = space or SearchSpace()
+    """Values searched per field: pinned by ``fixed``, listed in ``space``, or automatic.
+    Fields searched on request (``schedule``) are axes only when ``space`` lists them."""
+    spec = type(run.parallel)
+    space = space or space_model(spec)()
     fixed = fixed or {}
     axes: dict[str, list[Any]] = {}
-    for name in SEARCH_FIELDS:
+    for name in searched_fields(spec):
+        listed = getattr(space, name, None)
         if name in fixed:
+            if name in on_request_fields(spec):
+                continue  # a pinned on-request field is a setting of the base run
             axes[name] = [fixed[name]]
-        elif getattr(space, name) is not None:
-            axes[name] = list(dict.fromkeys(getattr(space, name)))
-        else:
+        elif listed is not None:
+            axes[name] = list(dict.fromkeys(listed))
+        elif name not in on_request_fields(spec):
             axes[name] = auto_values(name, run)
     if run.parallel.fsdp:  # FSDP is ZeRO-3 whatever zero_stage says
         axes["zero_stage"] = [3]
@@ -211,56 +184,66 @@ def _auto_vpp_ok(run: TrainingRun, pp: int, vpp: int) -> bool:
     return vpp == 1 or (pp > 1 and run.model.num_layers % (pp * vpp) == 0)
 
 
-def switch_combos(axes: dict[str, list[Any]], tp: int, dense_ranks: int) -> list[tuple[Any, ...]]:
-    """Switch settings (recompute, zero, sp, tp overlap, grad overlap, gather overlap) to expand
-    for one structural combination: switches that change nothing keep their first value.
+def switch_combos(axes: dict[str, list[Any]], tp: int, dense_ranks: int,
+                  switches: tuple[str, ...] = SWITCHES) -> list[tuple[Any, ...]]:
+    """Switch settings (``switches``, in order) to expand for one structural combination:
+    switches that change nothing keep their first value (sequence parallelism and TP
+    overlap at tp = 1, DP overlaps with one rank, gather overlap under ZeRO-0).
     ``dense_ranks``: ranks of the group that reduces dense gradients (dp, or dp × cp)."""
-    sp = axes["sequence_parallel"] if tp > 1 else axes["sequence_parallel"][:1]
-    tpo = axes["tp_comm_overlap"] if tp > 1 else axes["tp_comm_overlap"][:1]
-    ogr = axes["overlap_grad_reduce"] if dense_ranks > 1 else axes["overlap_grad_reduce"][:1]
-    out: list[tuple[Any, ...]] = []
-    for rc, zero in product(axes["recompute"], axes["zero_stage"]):
-        opg = axes["overlap_param_gather"]
-        if dense_ranks <= 1 or zero == 0:
-            opg = opg[:1]
-        out.extend((rc, zero, *rest) for rest in product(sp, tpo, ogr, opg))
-    return out
+    lists = []
+    for name in switches:
+        vals = axes[name]
+        if (name in ("sequence_parallel", "tp_comm_overlap") and tp <= 1) or \
+                (name in ("overlap_grad_reduce", "overlap_param_gather") and dense_ranks <= 1):
+            vals = vals[:1]
+        lists.append(vals)
+    if "overlap_param_gather" not in switches or "zero_stage" not in switches:
+        return list(product(*lists))
+    z, g = switches.index("zero_stage"), switches.index("overlap_param_gather")
+    first = lists[g][0]
+    return [c for c in product(*lists) if c[z] != 0 or c[g] == first]
 
 
-def structural_problems(base: TrainingRun, tp: int, pp: int, cp: int, ep: int, vpp: int,
-                        mbs: int) -> list[str]:
+def structural_problems(base: TrainingRun, **settings: Any) -> list[str]:
     """Reasons (the simulator's own rules) why a structural combination cannot run."""
     data = base.parallel.model_dump()
-    data.update(tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch_size=mbs)
+    data.update(settings)
     try:
-        par = ParallelismSpec.model_validate(data)
+        par = type(base.parallel).model_validate(data)
     except ValidationError as exc:
         return [format_validation_error(exc, "plan")]
     return plan_problems(base.model_copy(update={"parallel": par}))
 
 
-def enumerate_plans(run: TrainingRun, space: SearchSpace | None = None,
+def enumerate_plans(run: TrainingRun, space: Any | None = None,
                     fixed: dict[str, Any] | None = None) -> Enumeration:
     """Every valid plan of ``space`` (with ``fixed`` pinned) on ``run``'s model and system."""
     base = base_run(run, fixed)
-    space = space or SearchSpace()
+    spec = type(base.parallel)
+    space = space or space_model(spec)()
     axes = axis_values(base, space, fixed)
-    auto_vpp = space.vpp is None and "vpp" not in (fixed or {})
+    auto_vpp = getattr(space, "vpp", None) is None and "vpp" not in (fixed or {})
+    structural = tuple(k for k in searched_fields(spec, ("structural", "on_request"))
+                       if k in axes)
+    switches = switch_fields(spec)
+    fields = structural + switches
     plans: list[PlanPoint] = []
     rejected: Counter[str] = Counter()
     n = base.num_gpus
-    for tp, pp, cp, ep, vpp, mbs in product(*(axes[k] for k in STRUCTURAL)):
-        if auto_vpp and not _auto_vpp_ok(base, pp, vpp):
+    for values in product(*(axes[k] for k in structural)):
+        st = dict(zip(structural, values, strict=True))
+        tp, pp, cp = st["tp"], st["pp"], st["cp"]
+        if auto_vpp and not _auto_vpp_ok(base, pp, st["vpp"]):
             continue
         par = tp * pp * cp
         dp = base.parallel.dp if base.parallel.dp is not None else max(n // par, 1)
         dense_ranks = dp * cp if cp > 1 else dp
-        combos = switch_combos(axes, tp, dense_ranks)
-        problems = structural_problems(base, tp, pp, cp, ep, vpp, mbs)
+        combos = switch_combos(axes, tp, dense_ranks, switches)
+        problems = structural_problems(base, **st)
         if problems:
             rejected[reason_class(problems[0])] += len(combos)
             continue
-        plans.extend(PlanPoint(tp, pp, cp, ep, vpp, mbs, *c) for c in combos)
+        plans.extend(PlanPoint(fields, values + c) for c in combos)
     return Enumeration(base=base, axes=axes, plans=plans, rejected=rejected)
 
 
@@ -268,5 +251,5 @@ def plan_run(base: TrainingRun, point: PlanPoint) -> TrainingRun:
     """The validated run of one plan (``base`` supplies every non-searched setting)."""
     data = base.parallel.model_dump()
     data.update(point.settings())
-    par = ParallelismSpec.parse(data, "plan")
+    par = type(base.parallel).parse(data, "plan")
     return base.model_copy(update={"parallel": par})

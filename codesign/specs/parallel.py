@@ -29,51 +29,69 @@ class ParallelismSpec(Spec):
     Every field is a setting of ``codesign simulate`` (and ``export chakra``, ``search``): its
     flag is ``--<field-name>`` with dashes, or ``json_schema_extra={"flag": ...}``; its type,
     choices and help come from the field (:mod:`codesign.cli.plan_flags`), so a new field
-    needs no CLI change.
+    needs no CLI change. ``json_schema_extra`` also says whether ``codesign search`` searches
+    the field (``"search"``: ``structural``, ``switch`` or ``on_request``, see
+    :mod:`codesign.search.fields`) and whether study rows leave it out of their ``plan.*``
+    columns (``"column": False``; :mod:`codesign.experiments.point`).
 
     Expert parallelism (``ep``) splits the data-parallel ranks for expert layers (Megatron-style:
     ``ep`` must divide ``dp × cp``); expert tensor parallelism is ``etp`` (default: ``tp``).
     """
 
-    tp: int = Field(default=1, ge=1, description="tensor-parallel size")
-    pp: int = Field(default=1, ge=1, description="pipeline-parallel size")
+    tp: int = Field(default=1, ge=1, description="tensor-parallel size",
+                    json_schema_extra={"search": "structural", "order": 0})
+    pp: int = Field(default=1, ge=1, description="pipeline-parallel size",
+                    json_schema_extra={"search": "structural", "order": 1})
     dp: int | None = Field(default=None, ge=1,
                            description="data-parallel size; None = GPUs / (tp·pp·cp)")
-    cp: int = Field(default=1, ge=1, description="context-parallel size")
+    cp: int = Field(default=1, ge=1, description="context-parallel size",
+                    json_schema_extra={"search": "structural", "order": 2})
     ep: int = Field(default=1, ge=1,
-                    description="expert-parallel size (MoE; divides dp·cp)")
+                    description="expert-parallel size (MoE; divides dp·cp)",
+                    json_schema_extra={"search": "structural", "order": 3})
     etp: int | None = Field(default=None, ge=1,
-                            description="expert tensor-parallel size (1 or tp); None = tp")
+                            description="expert tensor-parallel size (1 or tp); None = tp",
+                            json_schema_extra={"column": False})
     vpp: int = Field(default=1, ge=1,
-                     description="virtual pipeline stages (chunks) per rank (interleaving)")
+                     description="virtual pipeline stages (chunks) per rank (interleaving)",
+                     json_schema_extra={"search": "structural", "order": 4})
     sequence_parallel: bool = Field(default=False, description="sequence parallelism (with tp)",
-                                    json_schema_extra={"flag": "--sp"})
+                                    json_schema_extra={"flag": "--sp", "search": "switch",
+                                                       "order": 8})
     schedule: Literal["gpipe", "1f1b", "interleaved", "zb-h1"] | None = Field(
         default=None, description="pipeline schedule; None = interleaved when vpp > 1, else "
                                   "1f1b; zb-h1 = zero-bubble ZB-H1 (backward split into input "
-                                  "and weight gradients, Qi et al. 2023)"
-    )
+                                  "and weight gradients, Qi et al. 2023)",
+        json_schema_extra={"search": "on_request"})
     micro_batch_size: int = Field(default=1, ge=1, description="sequences per micro-batch",
-                                  json_schema_extra={"flag": "--micro-batch"})
+                                  json_schema_extra={"flag": "--micro-batch",
+                                                     "search": "structural", "order": 5})
     global_batch_size: int = Field(default=1024, ge=1, description="sequences per step",
                                    json_schema_extra={"flag": "--global-batch"})
     seq_len: int | None = Field(default=None, ge=1,
                                 description="sequence length; None = the model's seq_len")
     recompute: Literal["none", "selective", "full"] = Field(default="none",
-                                                            description="activation recompute")
+                                                            description="activation recompute",
+                                                            json_schema_extra={
+                                                                "search": "switch", "order": 6})
     zero_stage: Literal[0, 1, 2, 3] = Field(
         default=1, description="ZeRO stage: 0 none, 1 optimizer states (distributed optimizer), "
                                "2 +grads, 3 +params (= FSDP)",
-        json_schema_extra={"flag": "--zero"})
-    fsdp: bool = Field(default=False, description="FSDP full sharding; implies zero_stage 3")
+        json_schema_extra={"flag": "--zero", "search": "switch", "order": 7})
+    fsdp: bool = Field(default=False, description="FSDP full sharding; implies zero_stage 3",
+                       json_schema_extra={"column": False})
     dtype: Literal["bf16", "fp16", "fp8"] = Field(default="bf16", description="GEMM precision")
     flash_attention: bool = Field(default=True,
-                                 description="fused (flash) attention, no s×s matrix")
+                                 description="fused (flash) attention, no s×s matrix",
+                                 json_schema_extra={"column": False})
     overlap_grad_reduce: bool = Field(
-        default=True, description="overlap DP gradient reduction with backward")
+        default=True, description="overlap DP gradient reduction with backward",
+        json_schema_extra={"search": "switch", "order": 10})
     overlap_param_gather: bool = Field(
-        default=True, description="overlap parameter all-gathers with compute")
-    tp_comm_overlap: bool = Field(default=False, description="overlap TP communication with GEMMs")
+        default=True, description="overlap parameter all-gathers with compute",
+        json_schema_extra={"search": "switch", "order": 11})
+    tp_comm_overlap: bool = Field(default=False, description="overlap TP communication with GEMMs",
+                                  json_schema_extra={"search": "switch", "order": 9})
     pipeline_scatter_gather: bool = Field(
         default=False,
         description="without sequence parallelism, split each pipeline send over the TP ranks "
@@ -86,10 +104,11 @@ class ParallelismSpec(Spec):
                     "batch_isend_irecv)")
     placement_order: tuple[Dim, ...] = Field(
         default=DEFAULT_PLACEMENT, description="rank placement, innermost first",
-        json_schema_extra={"flag": "--placement"})
+        json_schema_extra={"flag": "--placement", "column": False})
     collective_algorithm: str = Field(
         default="auto", description="collective algorithm (auto: the fastest available)",
-        json_schema_extra={"enum": cast(Any, COLLECTIVE_ALGORITHMS)})  # the live list
+        json_schema_extra={"enum": cast(Any, COLLECTIVE_ALGORITHMS),  # the live list
+                           "column": False})
 
     @field_validator("collective_algorithm")
     @classmethod

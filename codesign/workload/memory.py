@@ -11,6 +11,7 @@ an unfused GPT layer) times the micro-batches in flight under the pipeline sched
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from codesign.workload.schedules import bounded_count, max_in_flight, schedule
 from codesign.workload.training import OPT_BYTES_PER_PARAM, TrainingGraph
@@ -50,27 +51,41 @@ def stage_memory(graph: TrainingGraph, stage: int, dense_n: int, expert_n: int,
     chunks = graph.stage_chunks(stage)
     dense = sum(c.dense_params for c in chunks)
     expert = sum(c.expert_params for c in chunks)
-
-    def sharded(stage_min: int) -> float:
-        if zero >= stage_min:
-            return dense / dense_n + expert / expert_n
-        return dense + expert
-
-    weights = sharded(3) * WEIGHT_BYTES
-    if zero >= 3:  # gathered layers in flight: the current one and the prefetched one
+    largest = 0.0
+    if zero >= 3:
         largest = max((d + e for c in chunks for _, d, e in c.layer_params), default=0.0)
-        weights += 2 * largest * WEIGHT_BYTES
-    gradients = sharded(2) * GRAD_BYTES
-    optimizer = sharded(1) * OPT_BYTES_PER_PARAM
-
+    weights, gradients, optimizer = state_bytes(dense, expert, zero, dense_n, expert_n,
+                                                largest)
     if order is None:
         n = bounded_count(p.pp, graph.num_microbatches)
         order = schedule(p.pipeline_schedule, p.pp, p.vpp, n)[stage]
     saved = {c.chunk: c.saved_bytes for c in chunks}
     activations = max_in_flight(order, saved)
     payloads = [o.size for c in chunks for o in (*c.forward, *c.backward) if o.kind == "comm"]
-    comm_buffers = 2.0 * max(payloads, default=0.0)
+    comm_buffers = comm_buffer_bytes(max(payloads, default=0.0))
     return MemoryEstimate(stage, weights, gradients, optimizer, activations, comm_buffers)
+
+
+def state_bytes(dense: Any, expert: Any, zero: int, dense_n: int, expert_n: int,
+                largest_layer: Any = 0.0) -> tuple[Any, Any, Any]:
+    """``(weights, gradients, optimizer states)`` bytes of a stage's ranks holding ``dense``
+    and ``expert`` parameters, sharded over ``dense_n``/``expert_n`` ranks from ZeRO stage 3 /
+    2 / 1 on; under ZeRO-3 two gathered layers (the current one and the prefetched one, the
+    largest layer ``largest_layer``) are in flight. Elementwise: the arguments may be numbers
+    or numpy arrays (the search prices every stage of a plan in one call)."""
+    shard = dense / dense_n + expert / expert_n
+    plain = dense + expert
+    weights = (shard if zero >= 3 else plain) * WEIGHT_BYTES
+    if zero >= 3:  # gathered layers in flight: the current one and the prefetched one
+        weights = weights + 2 * largest_layer * WEIGHT_BYTES
+    gradients = (shard if zero >= 2 else plain) * GRAD_BYTES
+    optimizer = (shard if zero >= 1 else plain) * OPT_BYTES_PER_PARAM
+    return weights, gradients, optimizer
+
+
+def comm_buffer_bytes(largest_payload: Any) -> Any:
+    """Communication buffers: two of the largest collective payload (double buffering)."""
+    return 2.0 * largest_payload
 
 
 def memory_per_gpu(graph: TrainingGraph, dense_n: int, expert_n: int) -> MemoryEstimate:
