@@ -27,8 +27,7 @@ from codesign.engine.executor import execute_in_order
 from codesign.ir import Category, Op
 from codesign.network.model import NetworkModel
 from codesign.specs.run import TrainingRun
-from codesign.workload.step_program import _release_order as release_order
-from codesign.workload.step_program import split_backward
+from codesign.workload.step_program import release_order, split_backward
 from codesign.workload.training import ChunkBinder, ChunkGraph
 
 #: breakdown categories of a pass, in vector order

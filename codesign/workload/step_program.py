@@ -192,7 +192,7 @@ def _bucket_comms(kind: str, dense_grp: str, dense: float, expert_grp: str, expe
     return out
 
 
-def _release_order(buckets: Sequence[tuple[int, float, float]]) -> list[int]:
+def release_order(buckets: Sequence[tuple[int, float, float]]) -> list[int]:
     """Bucket indices of one chunk in the order its last backward finishes them: the LM head
     first, then layers from the last to the first, then the embedding. Layer -1 names both the
     embedding and the LM head, so when a chunk holds both, the head's gradients are taken as
@@ -254,7 +254,7 @@ def _grad_buckets(em: _Emitter, shape: StepShape, s: int, last: int,
     for c in sorted(range(shape.vpp), key=lambda c: passes.last_pos[(s, c)]):
         v = c * shape.pp + s
         bl = shape.buckets[v]
-        for i in _release_order(bl):
+        for i in release_order(bl):
             layer, dense, expert = bl[i]
             comms = _bucket_comms(kind, shape.dense_grp, dense, shape.expert_grp, expert,
                                   GRAD_REDUCE_BYTES)
