@@ -231,3 +231,18 @@ def test_extension_on_a_real_plan_whose_increments_cycle_with_period_pp() -> Non
     exact = simulate_step(graph, compute, network, exact=True)
     assert fast.extension == "periodic" and fast.simulated_microbatches < 64
     assert fast.step_time_s == pytest.approx(exact.step_time_s, rel=1e-9)
+
+
+def test_gpipe_activation_peak_grows_with_every_micro_batch() -> None:
+    """GPipe runs every forward before its first backward: the activation peak is the whole
+    batch's, however many micro-batches (the bounded schedule used for other schedules'
+    peaks must not cap it)."""
+    peaks = []
+    for gbs in (16, 256, 2_000_000):
+        run = tiny_run(num_gpus=8, pp=4, schedule="gpipe", global_batch_size=gbs)
+        graph = build_training_graph(run)
+        mem = memory_per_gpu(graph, 2, 1)
+        saved = max(c.saved_bytes for c in graph.chunks if c.stage == mem.stage)
+        assert mem.activations == pytest.approx(graph.num_microbatches * saved)
+        peaks.append(mem.activations)
+    assert peaks[1] == pytest.approx(16 * peaks[0])

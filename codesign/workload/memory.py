@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from codesign.workload.schedules import bounded_count, max_in_flight, schedule
+from codesign.workload.schedules import max_in_flight, peak_in_flight
 from codesign.workload.training import OPT_BYTES_PER_PARAM, TrainingGraph
 
 WEIGHT_BYTES = 2.0
@@ -56,11 +56,12 @@ def stage_memory(graph: TrainingGraph, stage: int, dense_n: int, expert_n: int,
         largest = max((d + e for c in chunks for _, d, e in c.layer_params), default=0.0)
     weights, gradients, optimizer = state_bytes(dense, expert, zero, dense_n, expert_n,
                                                 largest)
-    if order is None:
-        n = bounded_count(p.pp, graph.num_microbatches)
-        order = schedule(p.pipeline_schedule, p.pp, p.vpp, n)[stage]
     saved = {c.chunk: c.saved_bytes for c in chunks}
-    activations = max_in_flight(order, saved)
+    if order is None:
+        activations = peak_in_flight(p.pipeline_schedule, p.pp, p.vpp, graph.num_microbatches,
+                                     stage, saved)
+    else:
+        activations = max_in_flight(order, saved)
     payloads = [o.size for c in chunks for o in (*c.forward, *c.backward) if o.kind == "comm"]
     comm_buffers = comm_buffer_bytes(max(payloads, default=0.0))
     return MemoryEstimate(stage, weights, gradients, optimizer, activations, comm_buffers)
@@ -91,8 +92,5 @@ def comm_buffer_bytes(largest_payload: Any) -> Any:
 def memory_per_gpu(graph: TrainingGraph, dense_n: int, expert_n: int) -> MemoryEstimate:
     """The stage with the largest footprint (it decides whether the plan fits)."""
     p = graph.run.parallel
-    # the in-flight peak is reached within the warm-up and the first steady period
-    n = bounded_count(p.pp, graph.num_microbatches)
-    orders = schedule(p.pipeline_schedule, p.pp, p.vpp, n)
-    stages = [stage_memory(graph, s, dense_n, expert_n, orders[s]) for s in range(p.pp)]
+    stages = [stage_memory(graph, s, dense_n, expert_n) for s in range(p.pp)]
     return max(stages, key=lambda m: (m.total, -m.stage))

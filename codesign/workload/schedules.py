@@ -139,11 +139,23 @@ def tail_phases(kind: str) -> frozenset[str]:
 def bounded_count(pp: int, n_mb: int, groups: int = 3) -> int:
     """A micro-batch count ``<= n_mb`` with the same remainder modulo :func:`period` and at
     least ``groups`` periods, so that the warm-up, one steady period and the cool-down of the
-    ``n_mb`` schedule all occur in it (peaks of in-flight micro-batches included)."""
+    ``n_mb`` schedule all occur in it (peaks of in-flight micro-batches included, except
+    GPipe's, which grow with the count: see :func:`peak_in_flight`)."""
     per = pp  # a multiple of every schedule's period
     if n_mb <= (groups + 1) * per:
         return n_mb
     return n_mb % per + groups * per
+
+
+def peak_in_flight(kind: str, pp: int, vpp: int, n_mb: int, stage: int,
+                   weights: dict[int, float]) -> float:
+    """:func:`max_in_flight` of ``stage``'s order for ``n_mb`` micro-batches without building
+    a long order: GPipe holds every forward before its first backward (``n_mb`` times the
+    chunk's weight); the other schedules reach their peak within :func:`bounded_count`
+    micro-batches."""
+    if kind == "gpipe":
+        return n_mb * weights[0]
+    return max_in_flight(schedule(kind, pp, vpp, bounded_count(pp, n_mb))[stage], weights)
 
 
 def max_in_flight(order: list[Step], weights: dict[int, float]) -> float:
