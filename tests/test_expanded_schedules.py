@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
-from conftest import fast_network, tiny_run
+from conftest import fast_network, tiny_model, tiny_run
 
 from codesign.api import build_models, build_run
 from codesign.cli import main
 from codesign.engine.expanded import Perturbations
 from codesign.engine.expanded import simulate_expanded as engine_expanded
 from codesign.engine.training import pipeline_send_seconds, simulate_step, step_shape, time_chunks
-from codesign.network.faults import parse_failed
+from codesign.network.faults import parse_degraded, parse_failed
 
 ZB_HEALTHY = [
     dict(model="gpt3-175b", gpu="h100", num_gpus=256, tp=8, pp=8, global_batch_size=64,
@@ -100,3 +101,75 @@ def test_cli_expand_runs_zb_h1(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*args, "--straggler", "9:0.5", "--failed-link", "nic:3", "--contention"]) == 0
     e = json.loads(capsys.readouterr().out)["expanded"]
     assert e["slowest_rank"] == 9 and e["straggler_cost_s"] > 0
+
+
+# --- identical micro-batches ------------------------------------------------------------------
+
+EXTEND_CASES = [
+    # a straggler on the slowest stage (the LM head's) of one replica: the two replica
+    # classes drift apart by a different amount per period until the gradient barriers
+    (dict(schedule="1f1b"), ((13, 0.5),), (), False),
+    (dict(schedule="interleaved", vpp=2, zero_stage=0, overlap_grad_reduce=False),
+     ((13, 0.5),), (), False),
+    (dict(schedule="zb-h1"), ((13, 0.5), (2, 0.7)), ("port:5:0.5",), False),
+    (dict(schedule="gpipe"), ((13, 0.5),), (), False),
+    # the same straggler in both replicas (one class), with contention
+    (dict(schedule="zb-h1"), ((12, 0.5), (14, 0.5)), (), True),
+]
+
+
+def _extend_run(plan: dict[str, object], gbs: int):  # type: ignore[no-untyped-def]
+    plan = {"zero_stage": 1, "overlap_grad_reduce": True, **plan}
+    run = tiny_run(num_gpus=16, tp=2, pp=4, global_batch_size=gbs,
+                   model=tiny_model(num_layers=8, vocab_size=32000), **plan)
+    run = run.model_copy(update={"topology": fast_network(bandwidth_GBps=50, latency_us=5)})
+    return build_models(run)
+
+
+@pytest.mark.parametrize(("plan", "stragglers", "degraded", "contention"), EXTEND_CASES,
+                         ids=lambda x: x.get("schedule") if isinstance(x, dict) else None)
+def test_expanded_extended_steady_state_equals_exact_simulation(
+        plan: dict[str, object], stragglers: tuple[tuple[int, float], ...],
+        degraded: tuple[str, ...], contention: bool) -> None:
+    """96 micro-batches, extended from two short runs, equal the step run micro-batch by
+    micro-batch: time, breakdown, critical stage, per-rank finish and busy times."""
+    graph, compute, network = _extend_run(plan, 96 * 2)
+    pert = Perturbations(stragglers=stragglers,
+                         link_faults=tuple(parse_degraded(f) for f in degraded))
+    fast = engine_expanded(graph, [compute], network, pert, contention=contention)
+    exact = engine_expanded(graph, [compute], network, pert, contention=contention,
+                            exact=True)
+    assert fast.num_microbatches == exact.num_microbatches == 96
+    assert fast.extension == "periodic" and fast.simulated_microbatches < 40
+    assert exact.extension == "exact" and exact.simulated_microbatches == 96
+    assert fast.replica_classes == exact.replica_classes
+    assert fast.step_time_s == pytest.approx(exact.step_time_s, rel=1e-9)
+    assert fast.critical_stage == exact.critical_stage
+    assert set(fast.breakdown_s) <= set(exact.breakdown_s)
+    for cat, t in exact.breakdown_s.items():
+        assert fast.breakdown_s.get(cat, 0.0) == pytest.approx(t, rel=1e-9, abs=1e-12), cat
+    scale = exact.step_time_s
+    assert np.abs(fast.rank_finish_s - exact.rank_finish_s).max() <= 1e-9 * scale
+    assert np.abs(fast.rank_busy_s - exact.rank_busy_s).max() <= 1e-9 * scale
+    assert fast.slowed == exact.slowed
+
+
+def test_contended_classes_drifting_apart_are_run_in_full() -> None:
+    # under contention only a common shift of every class is extended (the fluid executor
+    # is not max-plus): a straggler in one replica runs every micro-batch
+    graph, compute, network = _extend_run(dict(schedule="1f1b"), 24 * 2)
+    pert = Perturbations(stragglers=((13, 0.5),))
+    res = engine_expanded(graph, [compute], network, pert, contention=True)
+    assert res.extension == "exact" and res.simulated_microbatches == 24
+    assert res.replica_classes == 2
+
+
+def test_expanded_cost_does_not_grow_with_the_micro_batch_count() -> None:
+    counts = []
+    for gbs in (64, 65536):
+        graph, compute, network = _extend_run(dict(schedule="1f1b"), gbs)
+        res = engine_expanded(graph, [compute], network,
+                              Perturbations(stragglers=((13, 0.5),)))
+        assert res.num_microbatches == gbs // 2 and res.extension == "periodic"
+        counts.append(res.tasks)
+    assert counts[1] == counts[0]

@@ -2,25 +2,35 @@
 (:mod:`~.wiring`: chunk passes of each class's cluster at each stage, pipeline sends,
 data-parallel gradient buckets and parameter gathers as barriers across classes, the
 optimizer), executed exactly or, under contention, by the fluid executor; then the step time,
-the critical cluster's breakdown and per-rank outputs."""
+the critical cluster's breakdown and per-rank outputs. Steps of many micro-batches are run at
+two shorter counts and extended (:mod:`~.extend`), so the cost does not grow with the
+micro-batch count."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from codesign.engine.executor import Timeline, attribute, execute_exact
-from codesign.engine.expanded.clusters import ClusterUnit, price_clusters
+from codesign.engine.expanded.clusters import Clusters, ClusterUnit, price_clusters
+from codesign.engine.expanded.extend import PipelineRun, extend, periodic
 from codesign.engine.expanded.fluid import execute_fluid
 from codesign.engine.expanded.geometry import RankGeometry
 from codesign.engine.expanded.values import ExpandedResult, Perturbations
 from codesign.engine.expanded.wiring import Builder, ProgramWiring
-from codesign.engine.training import step_shape
+from codesign.engine.training import EXACT_CAP, MAX_SLIDES, WARM_PERIODS, step_shape
 from codesign.hardware.compute import ComputeModel
 from codesign.network.model import NetworkModel
-from codesign.workload.step_program import Node, build_step_program
+from codesign.workload.schedules import period
+from codesign.workload.step_program import (
+    Node,
+    StepProgram,
+    build_step_program,
+    sample_counts,
+)
 from codesign.workload.training import TrainingGraph
 
 _HEALTHY = Perturbations()
@@ -28,14 +38,42 @@ _HEALTHY = Perturbations()
 
 def simulate_expanded(graph: TrainingGraph, computes: Sequence[ComputeModel],
                       network: NetworkModel, perturbations: Perturbations = _HEALTHY,
-                      *, contention: bool = False) -> ExpandedResult:
+                      *, contention: bool = False, exact: bool = False) -> ExpandedResult:
     """Simulate one training step rank by rank (see :mod:`codesign.engine.expanded`).
 
     ``computes[0]`` prices the run's GPU, ``computes[1]`` the second GPU type of
-    ``perturbations.mix_ranks``.
+    ``perturbations.mix_ranks``. ``exact``: run every micro-batch instead of extending a
+    periodic steady state (:mod:`~.extend`; same step time to rounding), as
+    :func:`~codesign.engine.training.simulate_step` does.
     """
     cl = price_clusters(graph, computes, network, perturbations, contention)
-    program = build_step_program(step_shape(graph, network))
+    shape = step_shape(graph, network)
+    n, per = shape.num_microbatches, period(shape.pp)
+
+    def run(count: int) -> PipelineRun:
+        return _run(build_step_program(shape.with_microbatches(count)), cl, network,
+                    contention)
+
+    counts = None if exact else sample_counts(shape.pp, n, WARM_PERIODS)
+    if counts is not None:
+        a = run(counts[0])
+        for _ in range(MAX_SLIDES):  # slide one period at a time until periodic
+            if a.num_microbatches + per >= n:
+                break
+            b = run(a.num_microbatches + per)
+            if periodic(a, b, per):
+                return extend(a, b, n, per)
+            a = b
+        else:
+            if n > EXACT_CAP:  # not periodic yet and too long to run: extend unverified
+                b = run(a.num_microbatches + per)
+                return replace(extend(a, b, n, per), extension="unverified")
+    return run(n).result
+
+
+def _run(program: StepProgram, cl: Clusters, network: NetworkModel,
+         contention: bool) -> PipelineRun:
+    """The step of ``program`` over the priced clusters ``cl``."""
     wiring = ProgramWiring(program, network, cl, contention)
     bld = wiring.wire()
     tasks, ids = bld.tasks()
@@ -59,11 +97,15 @@ def simulate_expanded(graph: TrainingGraph, computes: Sequence[ComputeModel],
     opt_start = {un: tl.start[ids[key]] for un, key in wiring.optimizer.items()}
     finish, busy = _rank_outputs(geo, tl, bld, opt_start, cl.classes, cl.units, passes)
     slowed = tuple(sorted((g, s, tier, f) for (g, s, tier), f in faults.slowed.items()))
-    return ExpandedResult(
+    n = program.shape.num_microbatches
+    res = ExpandedResult(
         step_time_s=step, breakdown_s=parts, critical_stage=crit[1], rank_finish_s=finish,
         rank_busy_s=busy, replica_classes=wiring.n_cls,
         perturbed_clusters=sum(len(r) for r in cl.batches.values()),
-        clusters=wiring.pp * geo.n_rep, tasks=len(tasks), slowed=slowed, timeline=tl)
+        clusters=wiring.pp * geo.n_rep, tasks=len(tasks), slowed=slowed, timeline=tl,
+        num_microbatches=n, simulated_microbatches=n)
+    class_ranks = [geo.table[:, np.asarray(reps)].reshape(-1) for reps in cl.classes]
+    return PipelineRun(res, program, [row[0] for row in bld.rows], class_ranks, contention)
 
 
 def _rank_outputs(geo: RankGeometry, tl: Timeline, bld: Builder,
