@@ -19,8 +19,11 @@ so that only what a perturbation touches is simulated separately:
   Data-parallel gradient reductions and parameter gathers of a stage are barriers across all
   classes, priced at the slowest group instance of the stage.
 
-With no perturbation there is a single class of healthy clusters and the task graph is the
-symmetric engine's, so the step time is identical (a test checks it).
+The pipeline level walks the step program
+(:func:`~codesign.workload.step_program.build_step_program`) that the symmetric engine runs,
+so every schedule (``zb-h1`` included) runs per rank. With no perturbation there is a single
+class of healthy clusters and the task graph is the symmetric engine's, so the step time is
+identical (a test checks it).
 
 Link faults are turned into per-group bandwidth factors by the flow model
 (:mod:`codesign.network.flows`): the flows of every group instance that runs concurrently are
@@ -44,7 +47,9 @@ Modules: :mod:`~.values` (perturbations, pass timings, the result), :mod:`~.geom
 stage, replica and cluster member), :mod:`~.link_factors` (link faults as per-instance bandwidth
 factors), :mod:`~.batch` (the vectorized chunk pass of perturbed clusters), :mod:`~.fluid`
 (the fluid executor and contended chunk passes), :mod:`~.clusters` (pricing every cluster,
-replica classes) and :mod:`~.pipeline` (the step's task graph, :func:`simulate_expanded`).
+replica classes), :mod:`~.wiring` (the step program's nodes as tasks over replica classes:
+the schedule is the symmetric engine's program, not restated) and :mod:`~.pipeline` (running
+it, :func:`simulate_expanded`).
 """
 
 from codesign.engine.executor import execute_exact

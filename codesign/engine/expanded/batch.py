@@ -14,6 +14,7 @@ from codesign.engine.expanded.link_factors import LinkFactors
 from codesign.engine.expanded.values import PassTiming
 from codesign.hardware.compute import ComputeModel
 from codesign.ir import Op
+from codesign.workload.step_program import wire_pass
 
 
 def batch_pass(ops: Sequence[Op], speed: np.ndarray, gtype: np.ndarray,
@@ -24,8 +25,9 @@ def batch_pass(ops: Sequence[Op], speed: np.ndarray, gtype: np.ndarray,
 
     ``speed`` and ``gtype`` have shape ``(batch, *member)``; ``compute_time(op)`` gives the
     op's seconds per GPU type (array); ``comm_time(i, op)`` the duration of the ``i``-th op
-    per group instance (shape ``(batch, *member)`` with the group's axes of size 1). Streams
-    and overlap rules follow :func:`~codesign.engine.chunk.op_tasks`; a collective starts
+    per group instance (shape ``(batch, *member)`` with the group's axes of size 1). Each
+    collective runs on its stream with the dependencies of the overlap rule
+    (:func:`~codesign.workload.step_program.wire_pass`, as in the symmetric engine); it starts
     when every member of its instance is ready on its stream and its dependencies are done.
     Idle compute time goes to the category of the collective that released the op.
     """
@@ -42,13 +44,10 @@ def batch_pass(ops: Sequence[Op], speed: np.ndarray, gtype: np.ndarray,
     layer_done: dict[int, np.ndarray] = {}
     comm_end: dict[str, np.ndarray] = {}
     any_compute = False
-    prev = prev2 = -1
-    pending: list[int] = []
-    deferred: list[int] = []
+    wiring = wire_pass(ops)
     for i, op in enumerate(ops):
+        deps = wiring[i]
         if op.kind != "comm":
-            deps = pending
-            pending, deferred = deferred, []
             ready = compute_free
             if deps:
                 best_t = np.full(shape, -1.0)
@@ -73,27 +72,12 @@ def batch_pass(ops: Sequence[Op], speed: np.ndarray, gtype: np.ndarray,
             compute_free = e
             end[i] = e
             any_compute = True
-            prev2, prev = prev, i
             continue
         cat = comm_category(op.group)
         if cat not in cat_id:
             cat_id[cat] = len(cats)
             cats.append(cat)
         op_cat[i] = cat_id[cat]
-        if op.overlap == "prev":
-            deps = [prev2] if prev2 >= 0 else []
-            pending.append(i)
-        elif op.overlap == "next":
-            deps = [prev] if prev >= 0 else []
-            deferred.append(i)
-        elif op.overlap == "prefetch":
-            deps = []
-            pending.append(i)
-        elif op.overlap == "async":
-            deps = [prev] if prev >= 0 else []
-        else:
-            deps = ([prev] if prev >= 0 else []) + pending
-            pending.append(i)
         stream = op.stream
         ready = stream_free.get(stream, np.zeros(shape))
         for d in deps:

@@ -21,6 +21,8 @@ from codesign.hardware.compute import ComputeModel
 from codesign.ir import Op
 from codesign.network.model import NetworkModel
 from codesign.workload.dims import pipeline_message
+from codesign.workload.schedules import SPLIT_BACKWARD
+from codesign.workload.step_program import split_backward
 from codesign.workload.training import (
     ADAM_BYTES_PER_PARAM,
     ChunkGraph,
@@ -186,15 +188,27 @@ def _healthy_passes(graph: TrainingGraph, compute: ComputeModel, network: Networ
     """Chunk passes of healthy clusters: the symmetric engine's, or contended ones (with the
     stretch of each contended collective, by op index)."""
     sym = time_chunks(graph, compute, network)
+    split = graph.run.parallel.pipeline_schedule in SPLIT_BACKWARD
     healthy_pass: dict[tuple[int, str], PassTiming] = {}
     stretch: dict[tuple[int, str], dict[int, float]] = {}
     for (v, ph), t in sym.items():
         if contention:
-            ops = by_v[v].forward if ph == "F" else by_v[v].backward
+            ops = pass_ops(by_v[v], split)[ph]
             healthy_pass[(v, ph)], stretch[(v, ph)] = fluid_pass(ops, compute, faults)
         else:
             healthy_pass[(v, ph)] = from_chunk_timing(t)
     return healthy_pass, stretch
+
+
+def pass_ops(chunk: ChunkGraph, split: bool) -> dict[str, tuple[Op, ...]]:
+    """The operators of each pass phase of ``chunk``: ``F`` and ``B``, or ``F``, ``B`` and
+    ``W`` when the schedule splits the backward
+    (:func:`~codesign.workload.step_program.split_backward`, as the symmetric engine times
+    them)."""
+    if not split:
+        return {"F": chunk.forward, "B": chunk.backward}
+    b_ops, w_ops = split_backward(chunk.backward)
+    return {"F": chunk.forward, "B": b_ops, "W": w_ops}
 
 
 def _perturbed_passes(geo: RankGeometry, faults: LinkFactors, batches: Mapping[int, list[int]],
@@ -207,6 +221,7 @@ def _perturbed_passes(geo: RankGeometry, faults: LinkFactors, batches: Mapping[i
     per distinct perturbed cluster."""
     pp = geo.pp
     vpp = len(by_v) // pp
+    split = any(ph == "W" for _, ph in healthy_pass)
     perturbed: dict[int, list[dict[tuple[int, str], PassTiming]]] = {}
     for s, reps in batches.items():
         if not reps:
@@ -215,8 +230,7 @@ def _perturbed_passes(geo: RankGeometry, faults: LinkFactors, batches: Mapping[i
         out: list[dict[tuple[int, str], PassTiming]] = [{} for _ in reps]
         for c in range(vpp):
             v = c * pp + s
-            for ph in "FB":
-                ops = by_v[v].forward if ph == "F" else by_v[v].backward
+            for ph, ops in pass_ops(by_v[v], split).items():
                 prices = BatchPrices(models, faults, s, idx, stretch.get((v, ph), {}))
                 results = batch_pass(ops, speed_t[s][idx], gtype_t[s][idx], prices.compute,
                                      prices.comm, geo.group_axes)

@@ -52,7 +52,12 @@ class ExpandedResult:
     clusters: int  # clusters in the job (stages × replicas)
     tasks: int  # pipeline-level tasks executed
     slowed: tuple[tuple[str, int, str, float], ...]  # (group, stage, tier, bandwidth factor)
-    timeline: Timeline = field(repr=False)
+    timeline: Timeline = field(repr=False)  # of the simulated micro-batches
+    num_microbatches: int = 0  # of the step
+    simulated_microbatches: int = 0  # in ``timeline`` (fewer when a steady state was extended)
+    #: ``exact``, ``periodic`` or ``unverified``, as
+    #: :attr:`codesign.engine.training.StepResult.extension`
+    extension: str = "exact"
 
     @property
     def slowest_rank(self) -> int:
