@@ -37,6 +37,7 @@ from codesign.engine.executor import (
     attribute_stream,
     execute_in_order,
 )
+from codesign.engine.steady import extend_steady_state
 from codesign.engine.step_run import FlatRun, LazyTasks, run_program, timeline_of
 from codesign.hardware.compute import ComputeModel
 from codesign.ir import Op
@@ -51,7 +52,6 @@ from codesign.workload.step_program import (
     StepShape,
     build_step_program,
     pass_ops,
-    sample_counts,
 )
 from codesign.workload.training import (
     ADAM_BYTES_PER_PARAM,
@@ -75,7 +75,8 @@ class StepResult:
     simulated_microbatches: int = 0  # in ``timeline`` (fewer when a steady state was extended)
     #: ``exact`` (every micro-batch run), ``periodic`` (extended from a steady state checked
     #: to repeat) or ``unverified`` (extended linearly; the steady state did not repeat
-    #: within :data:`MAX_TRIES` periods and the count exceeds :data:`EXACT_CAP`)
+    #: within :data:`codesign.engine.steady.MAX_TRIES` tries and the count exceeds
+    #: :data:`codesign.engine.steady.EXACT_CAP`)
     extension: str = "exact"
     flat: FlatRun | None = field(default=None, repr=False, compare=False)  # the run's lists
 
@@ -309,11 +310,6 @@ def _extend(a: StepResult, b: StepResult, n: int, per: int) -> StepResult:
                    num_microbatches=n, extension="periodic")
 
 
-#: tries (one period further, then twice as far each time) before giving up on a verified
-#: extension
-MAX_TRIES = 8
-#: micro-batches still run in full when the steady state was not found periodic
-EXACT_CAP = 4096
 
 
 def simulate_step(graph: TrainingGraph, compute: ComputeModel, network: NetworkModel,
@@ -338,22 +334,13 @@ def simulate_step(graph: TrainingGraph, compute: ComputeModel, network: NetworkM
         return _run(build_step_program(shape.with_microbatches(count)), timings, compute,
                     network, executor)
 
-    counts = None if exact else sample_counts(shape.schedule, shape.pp, n)
-    if counts is not None:
-        a = run(counts[0])
-        for attempt in range(MAX_TRIES):
-            if 2 * a.num_microbatches + per >= n:
-                break  # running the rest is cheaper than another try
-            b = run(a.num_microbatches + per)
-            if _periodic(a, b, per, shape.schedule, shape.pp):
-                return _extend(a, b, n, per)
-            # not yet periodic: the next period once, then twice as far each time (a long
-            # transient costs about twice its length, a short one little more than itself)
-            a = b if attempt == 0 else run(2 * a.num_microbatches - n % per)
-        else:
-            if n > EXACT_CAP:  # not periodic yet and too long to run: extend unverified
-                b = run(a.num_microbatches + per)
-                return replace(_extend(a, b, n, per), extension="unverified")
+    if not exact:
+        extended = extend_steady_state(
+            shape, run, lambda a, b: _periodic(a, b, per, shape.schedule, shape.pp),
+            lambda a, b, count: _extend(a, b, count, per),
+            lambda r: replace(r, extension="unverified"))
+        if extended is not None:
+            return extended
     return run(n)
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from codesign.engine.expanded.values import ExpandedResult
-from codesign.workload.schedules import tail_phases
+from codesign.workload.schedules import inflight_window, tail_phases
 from codesign.workload.step_program import Node, StepProgram
 
 
@@ -102,10 +102,10 @@ def periodic(a: PipelineRun, b: PipelineRun, per: int) -> bool:
 
     Replica classes run their passes independently until the data-parallel barriers at the
     step's end, so each class ``k`` may shift by its own ``Δ_k`` per period: every checked
-    task (from ``a``'s last steady period on) that waits for no barrier must end ``Δ_k``
-    later in ``b``, and every task after a barrier, and the step, ``Δ = max Δ_k`` later. An
-    end time is a maximum of sums of such terms (exact executor), convex in the number of
-    extra periods with slopes among the ``Δ_k``; growing by the largest slope from ``a`` to
+    task (from ``a``'s trailing in-flight window of micro-batches on) that waits for no
+    barrier must end ``Δ_k`` later in ``b``, and every task after a barrier, and the step,
+    ``Δ = max Δ_k`` later. An end time is a maximum of sums of such terms (exact executor),
+    convex in the number of extra periods with slopes among the ``Δ_k``; growing by the largest slope from ``a`` to
     ``b`` it grows by it for every further period, so the extension is exact. Under
     contention (not a max-plus system) every class must shift by the same ``Δ``. A rank must
     finish ``Δ`` later if its class waits for a barrier, else ``Δ_k`` later.
@@ -117,8 +117,9 @@ def periodic(a: PipelineRun, b: PipelineRun, per: int) -> bool:
         return False
     nodes_b = b.program.nodes
     ends_b = {_task_key(key, nodes_b, 0)[0]: rb.timeline.end[i] for i, key in enumerate(b.keys)}
-    first = a.num_microbatches - per
-    phases = tail_phases(a.program.shape.schedule)
+    shape = a.program.shape
+    first = a.num_microbatches - inflight_window(shape.schedule, shape.pp)
+    phases = tail_phases(shape.schedule)
     nodes_a = a.program.nodes
     after = _after_barrier(a)
     class_shift: dict[int, list[float]] = {}

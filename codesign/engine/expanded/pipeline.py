@@ -21,16 +21,12 @@ from codesign.engine.expanded.fluid import execute_fluid
 from codesign.engine.expanded.geometry import RankGeometry
 from codesign.engine.expanded.values import ExpandedResult, Perturbations
 from codesign.engine.expanded.wiring import Builder, ProgramWiring
-from codesign.engine.training import EXACT_CAP, MAX_SLIDES, WARM_PERIODS, step_shape
+from codesign.engine.steady import extend_steady_state
+from codesign.engine.training import step_shape
 from codesign.hardware.compute import ComputeModel
 from codesign.network.model import NetworkModel
 from codesign.workload.schedules import period
-from codesign.workload.step_program import (
-    Node,
-    StepProgram,
-    build_step_program,
-    sample_counts,
-)
+from codesign.workload.step_program import Node, StepProgram, build_step_program
 from codesign.workload.training import TrainingGraph
 
 _HEALTHY = Perturbations()
@@ -48,27 +44,19 @@ def simulate_expanded(graph: TrainingGraph, computes: Sequence[ComputeModel],
     """
     cl = price_clusters(graph, computes, network, perturbations, contention)
     shape = step_shape(graph, network)
-    n, per = shape.num_microbatches, period(shape.pp)
+    per = period(shape.schedule, shape.pp)
 
     def run(count: int) -> PipelineRun:
         return _run(build_step_program(shape.with_microbatches(count)), cl, network,
                     contention)
 
-    counts = None if exact else sample_counts(shape.pp, n, WARM_PERIODS)
-    if counts is not None:
-        a = run(counts[0])
-        for _ in range(MAX_SLIDES):  # slide one period at a time until periodic
-            if a.num_microbatches + per >= n:
-                break
-            b = run(a.num_microbatches + per)
-            if periodic(a, b, per):
-                return extend(a, b, n, per)
-            a = b
-        else:
-            if n > EXACT_CAP:  # not periodic yet and too long to run: extend unverified
-                b = run(a.num_microbatches + per)
-                return replace(extend(a, b, n, per), extension="unverified")
-    return run(n).result
+    if not exact:
+        extended = extend_steady_state(
+            shape, run, lambda a, b: periodic(a, b, per), lambda a, b, count: extend(
+                a, b, count, per), lambda r: replace(r, extension="unverified"))
+        if extended is not None:
+            return extended
+    return run(shape.num_microbatches).result
 
 
 def _run(program: StepProgram, cl: Clusters, network: NetworkModel,
