@@ -105,10 +105,11 @@ def periodic(a: PipelineRun, b: PipelineRun, per: int) -> bool:
     task (from ``a``'s trailing in-flight window of micro-batches on) that waits for no
     barrier must end ``Δ_k`` later in ``b``, and every task after a barrier, and the step,
     ``Δ = max Δ_k`` later. An end time is a maximum of sums of such terms (exact executor),
-    convex in the number of extra periods with slopes among the ``Δ_k``; growing by the largest slope from ``a`` to
-    ``b`` it grows by it for every further period, so the extension is exact. Under
-    contention (not a max-plus system) every class must shift by the same ``Δ``. A rank must
-    finish ``Δ`` later if its class waits for a barrier, else ``Δ_k`` later.
+    convex in the number of extra periods with slopes among the ``Δ_k``; growing by the
+    largest slope from ``a`` to ``b`` it grows by it for every further period, so the
+    extension is exact. Under contention (not a max-plus system) every class must shift by
+    the same ``Δ``. A rank must finish ``Δ`` later if its class waits for a barrier, else
+    ``Δ_k`` later.
     """
     ra, rb = a.result, b.result
     delta = rb.step_time_s - ra.step_time_s
