@@ -173,3 +173,26 @@ def test_expanded_cost_does_not_grow_with_the_micro_batch_count() -> None:
         assert res.num_microbatches == gbs // 2 and res.extension == "periodic"
         counts.append(res.tasks)
     assert counts[1] == counts[0]
+
+
+def test_interleaved_wrap_around_sends_see_link_faults() -> None:
+    """Interleaved schedules send from the last stage back to stage 0 (forward, chunk c to
+    chunk c + 1) and from stage 0 to the last stage (backward). A degraded NIC of a stage-0
+    rank slows those sends as it slows stage 0's sends to stage 1 (both cross that NIC); they
+    were priced as healthy before."""
+    from codesign.api import build_models, build_run
+    from codesign.engine.expanded.clusters import price_clusters
+    from codesign.engine.expanded.values import Perturbations
+    from codesign.network.faults import parse_degraded
+
+    run = build_run(model="gpt3-175b", gpu="h100", num_gpus=64, tp=8, pp=4, vpp=2,
+                    global_batch_size=16)
+    graph, compute, network = build_models(run)
+    healthy = price_clusters(graph, [compute], network, Perturbations(), False)
+    cl = price_clusters(graph, [compute], network,
+                        Perturbations(link_faults=(parse_degraded("nic:0:0.25"),)), False)
+    slow = next(row for row in cl.units if row[0].send_fwd > healthy.units[0][0].send_fwd)
+    last = len(slow) - 1
+    assert slow[last].send_fwd == pytest.approx(slow[0].send_fwd)  # last -> 0 crosses it
+    assert slow[0].send_bwd == pytest.approx(slow[0].send_fwd)  # 0 -> last crosses it
+    assert slow[last].send_fwd > healthy.units[0][last].send_fwd

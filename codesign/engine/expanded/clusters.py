@@ -148,8 +148,10 @@ def price_clusters(graph: TrainingGraph, computes: Sequence[ComputeModel],
 
     # replica classes
     rep_keys: dict[tuple[int, ...], list[int]] = defaultdict(list)
-    fwd_ids = [faults.p2p(s, 1) for s in range(pp - 1)]
-    bwd_ids = [faults.p2p(s, -1) for s in range(1, pp)]
+    # interleaved schedules also send from the last stage to stage 0 (forward) and back
+    wrap = p.vpp > 1 and pp > 1
+    fwd_ids = [faults.p2p(s, (s + 1) % pp) for s in range(pp if wrap else pp - 1)]
+    bwd_ids = [faults.p2p(s, (s - 1) % pp) for s in range(0 if wrap else 1, pp)]
     for rep in range(geo.n_rep):
         rkey = (*(int(cluster_id[s, rep]) for s in range(pp)),
                 *(int(a[rep]) for a in fwd_ids), *(int(a[rep]) for a in bwd_ids))
@@ -171,8 +173,8 @@ def price_clusters(graph: TrainingGraph, computes: Sequence[ComputeModel],
                 mo = (base[gtype_t[s, rep]] / speed_t[s, rep]).reshape(-1)
                 member_opt = mo
                 t_opt = float(mo.max())
-            fpid = int(fwd_ids[s][rep]) if s < pp - 1 else 0
-            bpid = int(bwd_ids[s - 1][rep]) if s > 0 else 0
+            fpid = int(fwd_ids[s][rep]) if s < len(fwd_ids) else 0
+            bpid = int(bwd_ids[s if wrap else s - 1][rep]) if wrap or s > 0 else 0
             fwd = faults.cost("p2p", "pp", act_bytes, fpid) if pp > 1 else 0.0
             bwd = faults.cost("p2p", "pp", act_bytes, bpid) if pp > 1 else 0.0
             row.append(ClusterUnit(passes, member_opt, t_opt, fwd, bwd, fpid, bpid))

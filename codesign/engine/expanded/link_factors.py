@@ -126,20 +126,22 @@ class LinkFactors:
             self._barrier[key] = hit
         return hit
 
-    def p2p(self, stage: int, direction: int) -> np.ndarray:
-        """Factor id per replica of the sends from ``stage`` to ``stage + direction``."""
-        key = (stage, direction)
+    def p2p(self, src: int, dst: int) -> np.ndarray:
+        """Factor id per replica of the pipeline sends from stage ``src`` to stage ``dst``
+        (a neighbour, or stage 0 for the last stage's wrap-around send of an interleaved
+        schedule and back)."""
+        key = (src, dst)
         hit = self._p2p.get(key)
         if hit is None:
             n_rep = self.geo.n_rep
-            if not self._touches(stage, stage + direction):
+            if not self._touches(src, dst):
                 hit = np.zeros(n_rep, dtype=np.int64)
             else:
-                src = self.geo.table[stage].reshape(n_rep, -1)
-                dst = self.geo.table[stage + direction].reshape(n_rep, -1)
+                srcs = self.geo.table[src].reshape(n_rep, -1)
+                dsts = self.geo.table[dst].reshape(n_rep, -1)
                 ds = self.faulted.domain_size
                 insts = [collective_entities("p2p", "direct", [int(a), int(b)], ds)
-                         for rs, rd in zip(src, dst, strict=True)
+                         for rs, rd in zip(srcs, dsts, strict=True)
                          for a, b in zip(rs, rd, strict=True)]
                 fs = tier_factors(self.healthy, self.faulted, insts)
                 worst = [min(f["up"], f["out"]) for f in fs]
@@ -148,7 +150,7 @@ class LinkFactors:
                 low = float(per_rep.min())
                 if low < 1.0:
                     tier = self.network.collective("p2p", "pp", 1.0).tier
-                    k = ("pp", min(stage, stage + direction), tier)
+                    k = ("pp", min(src, dst), tier)
                     self.slowed[k] = min(self.slowed.get(k, 1.0), low)
             self._p2p[key] = hit
         return hit

@@ -119,11 +119,9 @@ class ProgramWiring:
             fwd = node.phase == "F"
             bld.add(key, f"{pre}/{node.stream}", u.send_fwd if fwd else u.send_bwd, deps,
                     name=node.name, category=comm_category("pp"), unit=(k, s))
-            if self.contention:
-                # the ports of the neighbouring stage (as the engine always had it; the
-                # wrap-around send of an interleaved schedule's last stage, whose program
-                # peer is stage 0, keeps this choice)
-                bld.flows[key] = self._send_flow(k, s, s + 1 if fwd else s - 1,
+            if self.contention:  # the ports of the receiving stage (stage 0 for the last
+                # stage's wrap-around send of an interleaved schedule)
+                bld.flows[key] = self._send_flow(k, s, node.peer,
                                                  u.send_fwd_pid if fwd else u.send_bwd_pid)
         elif kind == "recv_gather":
             bld.add(key, f"{pre}/{node.stream}", self.cl.gather_s, deps, name=node.name,
