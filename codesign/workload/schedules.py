@@ -24,6 +24,8 @@ has ``"W"`` passes) or ``"W"`` (weight gradients, split schedules only).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 Step = tuple[str, int, int]
 
 
@@ -155,7 +157,13 @@ def peak_in_flight(kind: str, pp: int, vpp: int, n_mb: int, stage: int,
     micro-batches."""
     if kind == "gpipe":
         return n_mb * weights[0]
-    return max_in_flight(schedule(kind, pp, vpp, bounded_count(pp, n_mb))[stage], weights)
+    return max_in_flight(list(orders(kind, pp, vpp, bounded_count(pp, n_mb))[stage]), weights)
+
+
+@lru_cache(maxsize=64)
+def orders(kind: str, pp: int, vpp: int, n_mb: int) -> tuple[tuple[Step, ...], ...]:
+    """:func:`schedule` as tuples, cached (every stage's peak and the step program read them)."""
+    return tuple(tuple(order) for order in schedule(kind, pp, vpp, n_mb))
 
 
 def max_in_flight(order: list[Step], weights: dict[int, float]) -> float:

@@ -50,8 +50,10 @@ from codesign.workload.schedules import (
     Step,
     inflight_window,
     period,
-    schedule,
     warmup_microbatches,
+)
+from codesign.workload.schedules import (
+    orders as schedule_orders,
 )
 
 NodeKind = Literal["pass", "send", "recv_gather", "param_gather", "grad_reduce", "optimizer"]
@@ -210,7 +212,7 @@ def release_order(buckets: Sequence[tuple[int, float, float]]) -> list[int]:
 def build_step_program(shape: StepShape) -> StepProgram:
     """The step program of ``shape`` (cached: identical plans share one program)."""
     pp, vpp, n = shape.pp, shape.vpp, shape.num_microbatches
-    orders = schedule(shape.schedule, pp, vpp, n)
+    orders = schedule_orders(shape.schedule, pp, vpp, n)
     multi = shape.dense_n > 1 or shape.expert_n > 1
     gather_params = shape.zero in (1, 2) and multi
     em = _Emitter()
@@ -271,7 +273,8 @@ class _Passes:
     """Emits every stage's passes (with sends and receive gathers) in an order where each
     dependency comes first: stages advance in turn until they wait for another stage."""
 
-    def __init__(self, em: _Emitter, shape: StepShape, orders: list[list[Step]],
+    def __init__(self, em: _Emitter, shape: StepShape,
+                 orders: Sequence[Sequence[Step]],
                  first_bucket: dict[tuple[int, int], int]) -> None:
         self.em, self.shape, self.orders, self.first_bucket = em, shape, orders, first_bucket
         self.ids: dict[tuple[str, int, int], int] = {}  # (phase, mb, v) -> pass node
