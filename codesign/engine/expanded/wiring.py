@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 from codesign.engine.chunk import comm_category
-from codesign.engine.expanded.clusters import Clusters
+from codesign.engine.expanded.clusters import Clusters, ClusterUnit
 from codesign.engine.expanded.fluid import Flow
 from codesign.engine.expanded.values import Resource
 from codesign.engine.training import TaskBuilder
@@ -79,6 +79,8 @@ class ProgramWiring:
         for node in program.nodes:
             self.by_stage[node.stage].append(node)
         self._dp_cost: dict[int, tuple[float, CommProfile | None]] = {}
+        # nodes whose class-side task is a hold behind a barrier across classes
+        self._hold = [self.n_cls > 1 and n.kind in _DP_KINDS for n in program.nodes]
         #: (class, stage) -> the optimizer's key
         self.optimizer: dict[tuple[int, int], Hashable] = {}
 
@@ -86,27 +88,28 @@ class ProgramWiring:
         for s in range(self.pp):
             for k in range(self.n_cls):
                 tails: list[Hashable] = []
+                pre = f"k{k}/s{s}"
+                unit = self.cl.units[k][s]
+                node_task = self._node
                 for node in self.by_stage[s]:
-                    self._node(k, node, tails)
+                    node_task(k, node, tails, pre, unit)
         return self.bld
 
     def ref(self, k: int, nid: int) -> Hashable:
         """The key class ``k``'s tasks wait on for node ``nid``."""
-        if self.n_cls > 1 and self.program.nodes[nid].kind in _DP_KINDS:
-            return ("HOLD", k, nid)
-        return (k, nid)
+        return ("HOLD", k, nid) if self._hold[nid] else (k, nid)
 
-    def _node(self, k: int, node: Node, tails: list[Hashable]) -> None:
+    def _node(self, k: int, node: Node, tails: list[Hashable], pre: str,
+              u: ClusterUnit) -> None:
         s = node.stage
-        u = self.cl.units[k][s]
-        pre = f"k{k}/s{s}"
-        deps = tuple(self.ref(k, d) for d in node.deps)
+        hold = self._hold
+        deps = tuple([("HOLD", k, d) if hold[d] else (k, d) for d in node.deps])
         key = (k, node.id)
         bld = self.bld
         kind = node.kind
         if kind == "pass":
             pt = u.passes[(node.v, node.phase)]
-            bld.add(key, f"{pre}/compute", pt.compute_time, deps, name=node.name,
+            bld.add(key, pre + "/compute", pt.compute_time, deps, name=node.name,
                     category="forward" if node.phase == "F" else "backward",
                     breakdown=pt.breakdown, unit=(k, s))
             if self.contention and pt.background:
@@ -191,12 +194,13 @@ class ProgramWiring:
             return
         bld.add(("ARR", k, nid), stream, 0.0, deps, name=f"{name}.arrive", category=cat,
                 start_after=after, unit=(k, s))
-        arrived = tuple(("ARR", j, nid) for j in range(n_cls))
         if prof is None:
             if k == 0:
+                arrived = tuple([("ARR", j, nid) for j in range(n_cls)])
                 bld.add(("SYNC", nid), f"s{s}/sync", dur, arrived, name=name, category=cat)
         else:
             if k == 0:
+                arrived = tuple([("ARR", j, nid) for j in range(n_cls)])
                 bld.add(("GO", nid), f"s{s}/sync.go", 0.0, arrived, name=f"{name}.start",
                         category=cat)
             bld.add(("PART", k, nid), f"{stream}.sync", dur, (("GO", nid),), name=name,
