@@ -9,7 +9,8 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[1] / "codesign"
 
 #: layer of each top-level module or subpackage; imports must go to an equal or lower number
-LAYER = {"units": 0, "errors": 0, "catalogs": 0, "specs": 1, "ir": 2, "groups": 2, "measured": 2,
+LAYER = {"units": 0, "errors": 0, "catalogs": 0, "runtime": 0, "specs": 1, "ir": 2,
+         "groups": 2, "measured": 2,
          "workload": 3, "hardware": 3, "network": 3, "engine": 4, "report": 5, "serving": 5,
          "api": 6, "validation": 7, "search": 7, "trace": 7, "experiments": 8, "cli": 9,
          "__init__": 9}

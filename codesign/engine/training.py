@@ -42,6 +42,7 @@ from codesign.engine.step_run import FlatRun, LazyTasks, run_program, timeline_o
 from codesign.hardware.compute import ComputeModel
 from codesign.ir import Op
 from codesign.network.model import NetworkModel
+from codesign.runtime import no_cyclic_gc
 from codesign.workload.dims import pipeline_message
 from codesign.workload.schedules import SPLIT_BACKWARD, inflight_window, period, tail_phases
 from codesign.workload.step_program import GRAD_REDUCE_BYTES as GRAD_REDUCE_BYTES
@@ -325,6 +326,13 @@ def simulate_step(graph: TrainingGraph, compute: ComputeModel, network: NetworkM
     steady state (same step time). ``executor``: the task runner (the SimPy
     :func:`~codesign.engine.executor.execute` gives the same result, slower).
     """
+    with no_cyclic_gc():
+        return _simulate_step(graph, compute, network, timings, exact, executor)
+
+
+def _simulate_step(graph: TrainingGraph, compute: ComputeModel, network: NetworkModel,
+                   timings: dict[tuple[int, str], ChunkTiming] | None, exact: bool,
+                   executor: Callable[[Sequence[Task]], Timeline]) -> StepResult:
     if timings is None:
         timings = time_chunks(graph, compute, network)
     shape = step_shape(graph, network)

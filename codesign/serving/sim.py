@@ -15,7 +15,6 @@ holds what happened; this module runs a spec and re-exports their public names.
 
 from __future__ import annotations
 
-import gc
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 import simpy
 
 from codesign.errors import SpecError
+from codesign.runtime import no_cyclic_gc
 from codesign.serving.records import KvTransferRecord, RequestRecord
 from codesign.serving.replica import Instance
 from codesign.serving.requests import (
@@ -121,16 +121,11 @@ def simulate_serving(spec: ServingSpec, *, base_dir: Path | str | None = None,
     # every object the run creates lives until the result is dropped, so the cyclic
     # collector's passes over them during the run only cost time (a third of it at 30,000
     # requests)
-    collect = gc.isenabled()
-    gc.disable()
-    try:
+    with no_cyclic_gc():
         if spec.horizon_s is not None:
             env.run(until=spec.horizon_s)
         else:
             env.run()
-    finally:
-        if collect:
-            gc.enable()
     records.sort(key=lambda r: r.id)
     return ServingResult(spec=spec, requests=records, instances=system.instances,
                          gpus=system.gpu_of, kv_transfers=system.kv_transfers,

@@ -25,6 +25,7 @@ from codesign.engine.steady import extend_steady_state
 from codesign.engine.training import step_shape
 from codesign.hardware.compute import ComputeModel
 from codesign.network.model import NetworkModel
+from codesign.runtime import no_cyclic_gc
 from codesign.workload.schedules import period
 from codesign.workload.step_program import Node, StepProgram, build_step_program
 from codesign.workload.training import TrainingGraph
@@ -42,6 +43,12 @@ def simulate_expanded(graph: TrainingGraph, computes: Sequence[ComputeModel],
     periodic steady state (:mod:`~.extend`; same step time to rounding), as
     :func:`~codesign.engine.training.simulate_step` does.
     """
+    with no_cyclic_gc():
+        return _simulate(graph, computes, network, perturbations, contention, exact)
+
+
+def _simulate(graph: TrainingGraph, computes: Sequence[ComputeModel], network: NetworkModel,
+              perturbations: Perturbations, contention: bool, exact: bool) -> ExpandedResult:
     cl = price_clusters(graph, computes, network, perturbations, contention)
     shape = step_shape(graph, network)
     per = period(shape.schedule, shape.pp)
