@@ -185,6 +185,24 @@ class _Emitter:
             release, after_tails, hbm_bytes)))
         return nid
 
+    def pass_node(self, stage: int, deps: tuple[int, ...], phase: str, mb: int, v: int,
+                  chunk: int) -> int:
+        """:meth:`add` of a pass, positionally (the hot path of deep pipelines)."""
+        nid = len(self.nodes)
+        self.nodes.append(tuple.__new__(Node, (
+            nid, "pass", stage, "compute", deps, phase, mb, v, chunk, -1, -1, -1, (), None,
+            False, 0.0)))
+        return nid
+
+    def send_node(self, stage: int, stream: str, dep: int, phase: str, mb: int, v: int,
+                  chunk: int, peer: int, comms: tuple[Collective, ...]) -> int:
+        """:meth:`add` of a pipeline send, positionally."""
+        nid = len(self.nodes)
+        self.nodes.append(tuple.__new__(Node, (
+            nid, "send", stage, stream, (dep,), phase, mb, v, chunk, -1, -1, peer, comms, None,
+            False, 0.0)))
+        return nid
+
 
 def _bucket_comms(kind: str, dense_grp: str, dense: float, expert_grp: str, expert: float,
                   bytes_per_param: float) -> tuple[Collective, ...]:
@@ -288,6 +306,7 @@ class _Passes:
         self.send_comms = (Collective("p2p", "pp", send_bytes),)
         self.gather_comms = (Collective("all_gather", "tp", self.gathered),)
         self.ready = list(range(shape.pp))
+        self.pp, self.nv, self.overlap_p2p = shape.pp, shape.pp * shape.vpp, shape.overlap_p2p
 
     def emit(self) -> None:
         pos = [0] * self.shape.pp
@@ -306,47 +325,48 @@ class _Passes:
         None not emitted yet (the stage waits)."""
         if ph == "W":
             return self.ids[("B", mb, v)]
-        pp = self.shape.pp
+        pp = self.pp
         up = v - 1 if ph == "F" else v + 1
-        if not 0 <= up < pp * self.shape.vpp:
+        if not 0 <= up < self.nv:
             return -1
         key = (ph, mb, up)
-        table = self.ids if up % pp == s else self.sends
-        if key not in table:
+        local = up % pp == s
+        dep = (self.ids if local else self.sends).get(key)
+        if dep is None:
             self.waiting.setdefault(key, []).append(s)
             return None
-        dep = table[key]
-        if up % pp != s and self.gathered:
+        if not local and self.gathered:
             dep = self.em.add("recv_gather", s, "compute", deps=(dep,), phase=ph, mb=mb, v=up,
                               peer=up % pp, comms=self.gather_comms)
         return dep
 
     def _pass(self, s: int, i: int, ph: str, mb: int, c: int) -> bool:
         """Emit pass ``i`` of stage ``s`` (and its send); False when it must wait."""
-        shape, em = self.shape, self.em
-        pp = shape.pp
+        pp = self.pp
         v = c * pp + s
         dep = self._input(s, ph, mb, v)
         if dep is None:
             return False
-        deps = [dep] if dep >= 0 else []
+        deps = (dep,) if dep >= 0 else ()
         if ph == "F" and (s, c) not in self.seen:
             self.seen.add((s, c))
             if (s, c) in self.first_bucket:
-                deps.append(self.first_bucket[(s, c)])
-        nid = em.add("pass", s, "compute", deps=tuple(deps), phase=ph, mb=mb, v=v, chunk=c)
-        self.ids[(ph, mb, v)] = nid
+                deps = (*deps, self.first_bucket[(s, c)])
+        nid = self.em.pass_node(s, deps, ph, mb, v, c)
+        key = (ph, mb, v)
+        self.ids[key] = nid
         if ph == self.grad_phase:
             self.last_b[(s, c)] = nid
             self.last_pos[(s, c)] = i
         down = v + 1 if ph == "F" else v - 1 if ph == "B" else -1
-        if 0 <= down < pp * shape.vpp and down % pp != s:
-            stream = ("send_fwd" if ph == "F" else "send_bwd") if shape.overlap_p2p \
+        if 0 <= down < self.nv and down % pp != s:
+            stream = ("send_fwd" if ph == "F" else "send_bwd") if self.overlap_p2p \
                 else "compute"
-            self.sends[(ph, mb, v)] = em.add("send", s, stream, deps=(nid,), phase=ph, mb=mb,
-                                             v=v, chunk=c, peer=down % pp,
-                                             comms=self.send_comms)
-        self.ready.extend(self.waiting.pop((ph, mb, v), ()))
+            self.sends[key] = self.em.send_node(s, stream, nid, ph, mb, v, c, down % pp,
+                                                self.send_comms)
+        waiters = self.waiting.pop(key, None)
+        if waiters:
+            self.ready.extend(waiters)
         return True
 
 
