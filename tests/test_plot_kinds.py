@@ -3,7 +3,6 @@ entry given as a mapping draws the same figure as its PlotSpec."""
 
 from __future__ import annotations
 
-import typing
 from typing import Any
 
 import pandas as pd
@@ -13,9 +12,35 @@ from codesign.experiments import plots
 from codesign.experiments.spec import PlotSpec
 
 
-def test_registry_and_spec_name_the_same_kinds() -> None:
-    allowed = typing.get_args(PlotSpec.model_fields["kind"].annotation)
-    assert list(plots.PLOT_KINDS) == list(allowed)
+def test_the_spec_accepts_exactly_the_registered_kinds() -> None:
+    base = {"x": "plan.tp", "y": "mfu", "file": "f"}
+    for kind in plots.PLOT_KINDS:
+        assert PlotSpec.model_validate({**base, "kind": kind}).kind == kind
+    with pytest.raises(ValueError, match="unknown plot kind 'pie'; allowed: line, bar"):
+        PlotSpec.model_validate({**base, "kind": "pie"})
+
+
+def test_a_new_plot_kind_is_one_registration() -> None:
+    """A drawer registered under a new name is accepted by study files and drawn."""
+    from codesign.experiments.plots.registry import PlotKind
+
+    drawn: list[str] = []
+
+    def draw_dots(df: pd.DataFrame, plot: PlotSpec, ctx: Any) -> Any:
+        drawn.append(plot.kind)
+        return plots.PLOT_KINDS["line"].draw(df, plot, ctx)
+
+    import matplotlib.pyplot as plt
+
+    plots.PLOT_KINDS["dots"] = PlotKind(draw_dots)
+    try:
+        spec = PlotSpec.model_validate({"kind": "dots", "x": "plan.tp", "y": "mfu",
+                                        "file": "f"})
+        fig = plots.make_figure(_rows(), spec)
+        plt.close(fig)
+        assert drawn == ["dots"]
+    finally:
+        del plots.PLOT_KINDS["dots"]
 
 
 def _rows() -> pd.DataFrame:

@@ -151,7 +151,9 @@ class SearchSettings(Spec):
 class PlotSpec(Spec):
     """One figure drawn from the rows with status ``ok`` (PDF and PNG, named ``file``)."""
 
-    kind: Literal["line", "bar", "breakdown", "heatmap"]
+    kind: str = Field(description="plot kind: a name registered in "
+                                  "codesign.experiments.plots.PLOT_KINDS (line, bar, "
+                                  "breakdown, heatmap)")
     x: str = Field(description="column on the x axis (an axis path or a metric)")
     y: str = Field(description="column on the y axis")
     hue: str | None = Field(default=None, description="one line/bar group per value")
@@ -169,6 +171,16 @@ class PlotSpec(Spec):
         if "/" in file or "\\" in file or file.startswith("."):
             raise ValueError(f"'{file}' must be a plain file stem (no folders, no leading dot)")
         return file
+
+    @field_validator("kind")
+    @classmethod
+    def _registered_kind(cls, kind: str) -> str:
+        # the registry's drawers type their argument with this spec: import it when used
+        from codesign.experiments.plots.registry import PLOT_KINDS
+
+        if kind not in PLOT_KINDS:
+            raise ValueError(f"unknown plot kind {kind!r}; allowed: {', '.join(PLOT_KINDS)}")
+        return kind
 
 
 class Smoke(Spec):
