@@ -33,7 +33,6 @@ from codesign.engine.chunk import ChunkTiming, time_chunk
 from codesign.engine.executor import (
     Task,
     Timeline,
-    attribute,
     attribute_stream,
     execute_in_order,
 )
@@ -52,6 +51,7 @@ from codesign.workload.step_program import (
     StepProgram,
     StepShape,
     build_step_program,
+    optimizer_op,
     pass_ops,
 )
 from codesign.workload.training import (
@@ -203,58 +203,63 @@ def _comm_pricer(network: NetworkModel) -> Callable[[Node], float]:
 
 def _flat_run(program: StepProgram, timings: dict[tuple[int, str], ChunkTiming],
               compute: ComputeModel, network: NetworkModel) -> FlatRun:
-    return run_program(program, timings, _comm_pricer(network), lambda b: compute.time(
-        Op(name="optimizer", kind="memory", category="optimizer", layer=-1, bytes=b)))
+    return run_program(program, timings, _comm_pricer(network),
+                       lambda b: compute.time(optimizer_op(b)))
 
 
 def _run(program: StepProgram, timings: dict[tuple[int, str], ChunkTiming],
          compute: ComputeModel, network: NetworkModel,
          executor: Callable[[Sequence[Task]], Timeline]) -> StepResult:
-    pp = program.shape.pp
     n = program.shape.num_microbatches
+    flat: FlatRun | None = None
     if executor is execute_in_order:  # the fused one-pass runner: same timeline, no tasks
         flat = _flat_run(program, timings, compute, network)
-        starts, ends, dur = flat.start, flat.end, flat.duration
-        names, stream = flat.stream_names, flat.stream
-        stage_of = [int(x[1:].split("/", 1)[0]) for x in names]
-        on_compute = [x.endswith("/compute") for x in names]
-        step = max(ends, default=0.0)
-        stage_end = [0.0] * pp
-        busy = [0.0] * pp
-        for i, sid in enumerate(stream):
-            st = stage_of[sid]
-            if ends[i] > stage_end[st]:
-                stage_end[st] = ends[i]
-            if on_compute[sid]:
-                busy[st] += dur[i]
-        crit = max(range(pp), key=lambda s: (stage_end[s], s))
-        crit_id = names.index(f"s{crit}/compute")
-        own = sorted((i for i, sid in enumerate(stream) if sid == crit_id),
-                     key=starts.__getitem__)
-        last = max((i for i, sid in enumerate(stream) if sid != crit_id),
-                   key=ends.__getitem__, default=-1)
-        parts = attribute_stream(own, last, step, starts, ends, flat.binding, flat.stream_prev,
-                                 category=flat.category.__getitem__,
-                                 breakdown=lambda i: (dur[i], flat.breakdown.get(i, ())))
-        return StepResult(step_time_s=step, breakdown_s=parts, critical_stage=crit,
-                          stage_busy_s=tuple(busy), timeline=timeline_of(flat),
-                          chunk_timings=timings, num_microbatches=n, simulated_microbatches=n,
-                          flat=flat)
-    tasks = price_program(program, timings, compute, network)
-    tl = executor(tasks)
-    step = tl.makespan
+        tl = timeline_of(flat)
+        names, stream, dur = flat.stream_names, flat.stream, flat.duration
+        category, breakdown = flat.category, flat.breakdown
+    else:
+        tasks = price_program(program, timings, compute, network)
+        tl = executor(tasks)
+        names = sorted({t.stream for t in tasks})
+        ids = {x: i for i, x in enumerate(names)}
+        stream = [ids[t.stream] for t in tasks]
+        dur = [t.duration for t in tasks]
+        category = [t.category for t in tasks]
+        breakdown = {t.id: t.breakdown for t in tasks if t.breakdown}
+    step, parts, crit, busy = _summarize(program.shape.pp, names, stream, dur, category,
+                                         breakdown, tl)
+    return StepResult(step_time_s=step, breakdown_s=parts, critical_stage=crit,
+                      stage_busy_s=busy, timeline=tl, chunk_timings=timings,
+                      num_microbatches=n, simulated_microbatches=n, flat=flat)
+
+
+def _summarize(pp: int, names: Sequence[str], stream: Sequence[int], dur: Sequence[float],
+               category: Sequence[str], breakdown: dict[int, tuple[tuple[str, float], ...]],
+               tl: Timeline) -> tuple[float, dict[str, float], int, tuple[float, ...]]:
+    """Step time, the critical stage's breakdown, the critical stage (the one that ends
+    last) and each stage's compute-stream busy time, from per-task lists (``stream[i]``
+    indexes ``names``, ``s<stage>/<stream>``)."""
+    starts, ends = tl.start, tl.end
+    stage_of = [int(x[1:].split("/", 1)[0]) for x in names]
+    on_compute = [x.endswith("/compute") for x in names]
+    step = max(ends, default=0.0)
     stage_end = [0.0] * pp
     busy = [0.0] * pp
-    for task in tasks:
-        s = int(task.stream[1:].split("/", 1)[0])
-        stage_end[s] = max(stage_end[s], tl.end[task.id])
-        if task.stream.endswith("/compute"):
-            busy[s] += task.duration
+    for i, sid in enumerate(stream):
+        st = stage_of[sid]
+        if ends[i] > stage_end[st]:
+            stage_end[st] = ends[i]
+        if on_compute[sid]:
+            busy[st] += dur[i]
     crit = max(range(pp), key=lambda s: (stage_end[s], s))
-    parts = attribute(tl, f"s{crit}/compute", step)
-    return StepResult(step_time_s=step, breakdown_s=parts, critical_stage=crit,
-                      stage_busy_s=tuple(busy), timeline=tl, chunk_timings=timings,
-                      num_microbatches=n, simulated_microbatches=n)
+    crit_id = list(names).index(f"s{crit}/compute")
+    own = sorted((i for i, sid in enumerate(stream) if sid == crit_id), key=starts.__getitem__)
+    last = max((i for i, sid in enumerate(stream) if sid != crit_id), key=ends.__getitem__,
+               default=-1)
+    parts = attribute_stream(own, last, step, starts, ends, tl.binding, tl.stream_prev,
+                             category=category.__getitem__,
+                             breakdown=lambda i: (dur[i], breakdown.get(i, ())))
+    return step, parts, crit, tuple(busy)
 
 
 def _tail_tasks(r: StepResult, first: int, shift: int, phases: frozenset[str]
@@ -309,8 +314,6 @@ def _extend(a: StepResult, b: StepResult, n: int, per: int) -> StepResult:
     return replace(b, step_time_s=b.step_time_s + k * (b.step_time_s - a.step_time_s),
                    breakdown_s={c: v for c, v in parts.items() if v > 0}, stage_busy_s=busy,
                    num_microbatches=n, extension="periodic")
-
-
 
 
 def simulate_step(graph: TrainingGraph, compute: ComputeModel, network: NetworkModel,

@@ -27,7 +27,7 @@ from codesign.engine.executor import execute_in_order
 from codesign.ir import Category, Op
 from codesign.network.model import NetworkModel
 from codesign.specs.run import TrainingRun
-from codesign.workload.step_program import release_order, split_backward
+from codesign.workload.step_program import pass_ops, release_order
 from codesign.workload.training import ChunkBinder, ChunkGraph
 
 #: breakdown categories of a pass, in vector order
@@ -93,12 +93,11 @@ def _max_payload(ch: ChunkGraph) -> float:
     return max((o.size for o in (*ch.forward, *ch.backward) if o.kind == "comm"), default=0.0)
 
 
-def pass_ops(ch: ChunkGraph, phases: tuple[str, ...]) -> dict[str, tuple[Op, ...]]:
-    """The operators of each pass of ``ch``, as the engine splits them."""
-    if "W" in phases:
-        b, w = split_backward(ch.backward)
-        return {"F": ch.forward, "B": b, "W": w}
-    return {"F": ch.forward, "B": ch.backward}
+def phase_ops(ch: ChunkGraph, phases: tuple[str, ...]) -> dict[str, tuple[Op, ...]]:
+    """The operators of each pass of ``ch``, as the engine splits them
+    (:func:`codesign.workload.step_program.pass_ops`)."""
+    split = "W" in phases
+    return {ph: pass_ops(ch.forward, ch.backward, ph, split) for ph in phases}
 
 
 def time_layers(sample: TrainingRun, kinds: tuple[bool, ...], net: NetworkModel,
@@ -112,10 +111,10 @@ def time_layers(sample: TrainingRun, kinds: tuple[bool, ...], net: NetworkModel,
 
     def timed(ch: ChunkGraph) -> dict[str, PassCost]:
         return {ph: PassCost.of(time_chunk(ops, compute, comm, execute_in_order))
-                for ph, ops in pass_ops(ch, phases).items()}
+                for ph, ops in phase_ops(ch, phases).items()}
 
     def has_ops(ch: ChunkGraph, ph: str) -> bool:
-        return any(o.kind != "comm" and o.layer == -1 for o in pass_ops(ch, phases)[ph])
+        return any(o.kind != "comm" and o.layer == -1 for o in phase_ops(ch, phases)[ph])
 
     last = len(kinds) - 1
     per: dict[str, dict[bool, PassCost]] = {ph: {} for ph in phases}

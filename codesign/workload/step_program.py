@@ -40,7 +40,7 @@ count (see :mod:`codesign.engine.training`); warm-up and cool-down are always ru
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Literal, NamedTuple
 
@@ -146,8 +146,6 @@ class StepShape:
     opt_bytes: tuple[float, ...]
 
     def with_microbatches(self, n: int) -> StepShape:
-        from dataclasses import replace
-
         return replace(self, num_microbatches=n)
 
 
@@ -439,6 +437,12 @@ def split_backward(ops: Sequence[Op]) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
         else:
             b.append(op)
     return tuple(b), tuple(w)
+
+
+def optimizer_op(hbm_bytes: float) -> Op:
+    """The optimizer update of a stage as a memory-bound operator moving ``hbm_bytes``
+    (its local parameters' Adam state traffic, ``StepShape.opt_bytes``)."""
+    return Op(name="optimizer", kind="memory", category="optimizer", layer=-1, bytes=hbm_bytes)
 
 
 def pass_ops(forward: Sequence[Op], backward: Sequence[Op], phase: str,

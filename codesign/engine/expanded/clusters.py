@@ -16,18 +16,15 @@ from codesign.engine.expanded.fluid import fluid_pass
 from codesign.engine.expanded.geometry import RankGeometry
 from codesign.engine.expanded.link_factors import LinkFactors
 from codesign.engine.expanded.values import PassTiming, Perturbations, from_chunk_timing
-from codesign.engine.training import _local_params, time_chunks
+from codesign.engine.training import step_shape, time_chunks
 from codesign.hardware.compute import ComputeModel
-from codesign.ir import Op
 from codesign.network.model import NetworkModel
 from codesign.workload.dims import pipeline_message
 from codesign.workload.schedules import SPLIT_BACKWARD
-from codesign.workload.step_program import split_backward
+from codesign.workload.step_program import optimizer_op, pass_ops
 from codesign.workload.training import (
-    ADAM_BYTES_PER_PARAM,
     ChunkGraph,
     TrainingGraph,
-    state_groups,
 )
 
 
@@ -137,7 +134,7 @@ def price_clusters(graph: TrainingGraph, computes: Sequence[ComputeModel],
     models = list(computes[:n_types])
     perturbed = _perturbed_passes(geo, faults, batches, models, speed_t, gtype_t, by_v,
                                   healthy_pass, stretch)
-    opt_op = _optimizer_ops(graph, network, by_v)
+    opt_op = [optimizer_op(b) for b in step_shape(graph, network).opt_bytes]
 
     # per sending rank; a scatter/gathered send ends with a TP all-gather at the receiver
     # (priced on the healthy network: link faults are modelled on the pipeline links)
@@ -195,22 +192,11 @@ def _healthy_passes(graph: TrainingGraph, compute: ComputeModel, network: Networ
     stretch: dict[tuple[int, str], dict[int, float]] = {}
     for (v, ph), t in sym.items():
         if contention:
-            ops = pass_ops(by_v[v], split)[ph]
+            ops = pass_ops(by_v[v].forward, by_v[v].backward, ph, split)
             healthy_pass[(v, ph)], stretch[(v, ph)] = fluid_pass(ops, compute, faults)
         else:
             healthy_pass[(v, ph)] = from_chunk_timing(t)
     return healthy_pass, stretch
-
-
-def pass_ops(chunk: ChunkGraph, split: bool) -> dict[str, tuple[Op, ...]]:
-    """The operators of each pass phase of ``chunk``: ``F`` and ``B``, or ``F``, ``B`` and
-    ``W`` when the schedule splits the backward
-    (:func:`~codesign.workload.step_program.split_backward`, as the symmetric engine times
-    them)."""
-    if not split:
-        return {"F": chunk.forward, "B": chunk.backward}
-    b_ops, w_ops = split_backward(chunk.backward)
-    return {"F": chunk.forward, "B": b_ops, "W": w_ops}
 
 
 def _perturbed_passes(geo: RankGeometry, faults: LinkFactors, batches: Mapping[int, list[int]],
@@ -232,7 +218,8 @@ def _perturbed_passes(geo: RankGeometry, faults: LinkFactors, batches: Mapping[i
         out: list[dict[tuple[int, str], PassTiming]] = [{} for _ in reps]
         for c in range(vpp):
             v = c * pp + s
-            for ph, ops in pass_ops(by_v[v], split).items():
+            for ph in ("F", "B", "W") if split else ("F", "B"):
+                ops = pass_ops(by_v[v].forward, by_v[v].backward, ph, split)
                 prices = BatchPrices(models, faults, s, idx, stretch.get((v, ph), {}))
                 results = batch_pass(ops, speed_t[s][idx], gtype_t[s][idx], prices.compute,
                                      prices.comm, geo.group_axes)
@@ -242,21 +229,3 @@ def _perturbed_passes(geo: RankGeometry, faults: LinkFactors, batches: Mapping[i
                                                  pr.tail, pr.busy, hp.background)
         perturbed[s] = out
     return perturbed
-
-
-def _optimizer_ops(graph: TrainingGraph, network: NetworkModel,
-                   by_v: Mapping[int, ChunkGraph]) -> dict[int, Op]:
-    """The optimizer step of every stage (its local parameters' Adam state traffic)."""
-    p = graph.run.parallel
-    pp, vpp = p.pp, p.vpp
-    zero = p.sharding_stage
-    dense_grp, expert_grp = state_groups(p)
-    dense_n = network.group_size(dense_grp)
-    expert_n = network.group_size(expert_grp)
-    opt_op: dict[int, Op] = {}
-    for s in range(pp):
-        chunks = [by_v[c * pp + s] for c in range(vpp)]
-        opt_params = sum(_local_params(ch, zero, dense_n, expert_n) for ch in chunks)
-        opt_op[s] = Op(name="optimizer", kind="memory", category="optimizer", layer=-1,
-                       bytes=opt_params * ADAM_BYTES_PER_PARAM)
-    return opt_op
