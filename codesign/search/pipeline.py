@@ -25,7 +25,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from codesign.workload.schedules import SPLIT_BACKWARD, bounded_count, max_in_flight, schedule
+from codesign.workload.schedules import SPLIT_BACKWARD, peak_in_flight
 from codesign.workload.step_program import StepShape, build_step_program
 
 #: groups of ``pp`` micro-batches simulated before the schedule is taken as periodic
@@ -240,8 +240,8 @@ def live_vectors(kind: str, pp: int, vpp: int, n: int) -> np.ndarray:
     if kind == "1f1b":
         return np.array([[[min(pp - s, n)]] for s in range(pp)], dtype=np.int64)
     if kind in SPLIT_BACKWARD:  # one chunk: walk the orders (a forward lives until its W)
-        orders = schedule(kind, pp, vpp, bounded_count(pp, n))
-        return np.array([[[round(max_in_flight(o, {0: 1.0}))]] for o in orders],
+        return np.array([[[round(peak_in_flight(kind, pp, vpp, n, s, {0: 1.0}))]]
+                          for s in range(pp)],
                         dtype=np.int64)
     total, group = n * vpp, pp * vpp
     chunks = np.arange(vpp)

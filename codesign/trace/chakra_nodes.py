@@ -39,12 +39,10 @@ from codesign.workload.step_program import (
     Node,
     StepProgram,
     build_step_program,
+    pass_ops,
     wire_pass,
 )
-from codesign.workload.step_program import (
-    pass_ops as program_pass_ops,
-)
-from codesign.workload.training import ChunkGraph, TrainingGraph
+from codesign.workload.training import TrainingGraph
 
 NODE_TYPE = enum_values("NodeType")
 COMP = NODE_TYPE["COMP_NODE"]
@@ -139,11 +137,6 @@ def listing_order(nodes: Sequence[Node]) -> list[Node]:
     return out + held
 
 
-def pass_ops(chunk: ChunkGraph, phase: str, split: bool) -> tuple[Op, ...]:
-    """Operators of a pass of ``chunk`` (:func:`codesign.workload.step_program.pass_ops`)."""
-    return program_pass_ops(chunk.forward, chunk.backward, phase, split)
-
-
 class StageNodes:
     """Builds the Chakra nodes of each pipeline stage of ``graph``'s step (module doc)."""
 
@@ -185,7 +178,8 @@ class StageNodes:
         key = (v, phase)
         if key in self._steps:
             return self._steps[key]
-        ops = pass_ops(self.by_v[v], phase, "W" in self.program.phases)
+        ch = self.by_v[v]
+        ops = pass_ops(ch.forward, ch.backward, phase, "W" in self.program.phases)
         steps: list[OpStep] = []
         prev = -1  # last kernel
         stream_last: dict[str, int] = {}

@@ -41,9 +41,8 @@ from codesign.ir import Op
 from codesign.network.model import NetworkModel
 from codesign.report.training import TrainingReport
 from codesign.specs.run import TrainingRun
-from codesign.trace.chakra_nodes import pass_ops
 from codesign.workload.schedules import SPLIT_BACKWARD
-from codesign.workload.step_program import Node
+from codesign.workload.step_program import Node, pass_ops
 from codesign.workload.training import TrainingGraph
 
 #: engine stream -> track name, in display order
@@ -183,7 +182,7 @@ def _pass_events(slice_: Any, task: Task, node: Node, start: float, end: float,
     """A chunk pass slice with its operators (kernels nested, collectives on their tracks)."""
     stage, ph, v = node.stage, node.phase, node.v
     timing = step.chunk_timings.get((v, ph))
-    ops = pass_ops(by_v[v], ph, split)
+    ops = pass_ops(by_v[v].forward, by_v[v].backward, ph, split)
     label = node.name
     base = {"micro_batch": node.mb, "virtual_stage": v, "phase": _PHASES[ph]}
     slice_(stage, "compute", label, start, end,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from codesign.workload.schedules import max_in_flight, peak_in_flight
+from codesign.workload.schedules import peak_in_flight
 from codesign.workload.training import OPT_BYTES_PER_PARAM, TrainingGraph
 
 WEIGHT_BYTES = 2.0
@@ -42,10 +42,10 @@ class MemoryEstimate:
                 "comm_buffers": self.comm_buffers}
 
 
-def stage_memory(graph: TrainingGraph, stage: int, dense_n: int, expert_n: int,
-                 order: list[tuple[str, int, int]] | None = None) -> MemoryEstimate:
+def stage_memory(graph: TrainingGraph, stage: int, dense_n: int,
+                 expert_n: int) -> MemoryEstimate:
     """Memory of one pipeline stage's ranks. ``dense_n``/``expert_n``: sizes of the groups that
-    shard dense and expert states under ZeRO; ``order``: the stage's schedule, if at hand."""
+    shard dense and expert states under ZeRO."""
     p = graph.run.parallel
     zero = p.sharding_stage
     chunks = graph.stage_chunks(stage)
@@ -57,11 +57,8 @@ def stage_memory(graph: TrainingGraph, stage: int, dense_n: int, expert_n: int,
     weights, gradients, optimizer = state_bytes(dense, expert, zero, dense_n, expert_n,
                                                 largest)
     saved = {c.chunk: c.saved_bytes for c in chunks}
-    if order is None:
-        activations = peak_in_flight(p.pipeline_schedule, p.pp, p.vpp, graph.num_microbatches,
-                                     stage, saved)
-    else:
-        activations = max_in_flight(order, saved)
+    activations = peak_in_flight(p.pipeline_schedule, p.pp, p.vpp, graph.num_microbatches,
+                                 stage, saved)
     payloads = [o.size for c in chunks for o in (*c.forward, *c.backward) if o.kind == "comm"]
     comm_buffers = comm_buffer_bytes(max(payloads, default=0.0))
     return MemoryEstimate(stage, weights, gradients, optimizer, activations, comm_buffers)
