@@ -21,7 +21,6 @@ from codesign.report.metrics import (
     measured_ops,
     memory_gib,
     out_of_memory_report,
-    plan_summary,
     training_report,
 )
 from codesign.report.training import TrainingReport
@@ -68,8 +67,6 @@ def build_run(model: str | ModelSpec = "gpt3-175b", gpu: str | GpuSpec = "h100",
                               "num_gpus": num_gpus}, "run")
 
 
-#: kept for callers of the former private name (the search's candidate rows)
-_plan_summary = plan_summary
 
 
 def build_models(run: TrainingRun) -> tuple[TrainingGraph, ComputeModel, NetworkModel]:

@@ -57,4 +57,11 @@ def extend_steady_state(shape: StepShape, run: Callable[[int], S],
     return None
 
 
-__all__ = ["EXACT_CAP", "MAX_TRIES", "extend_steady_state"]
+def extend_breakdown(a: dict[str, float], b: dict[str, float], k: int) -> dict[str, float]:
+    """Breakdown ``b`` with ``k`` more periods, each adding ``b - a`` per category (``a``
+    one period shorter); categories that end at zero are left out."""
+    out = {c: b.get(c, 0.0) + k * (b.get(c, 0.0) - a.get(c, 0.0)) for c in set(a) | set(b)}
+    return {c: v for c, v in out.items() if v > 0}
+
+
+__all__ = ["EXACT_CAP", "MAX_TRIES", "extend_breakdown", "extend_steady_state"]

@@ -36,7 +36,7 @@ from codesign.engine.executor import (
     attribute_stream,
     execute_in_order,
 )
-from codesign.engine.steady import extend_steady_state
+from codesign.engine.steady import extend_breakdown, extend_steady_state
 from codesign.engine.step_run import FlatRun, LazyTasks, run_program, timeline_of
 from codesign.hardware.compute import ComputeModel
 from codesign.ir import Op
@@ -307,13 +307,10 @@ def _periodic(a: StepResult, b: StepResult, per: int, schedule_kind: str, pp: in
 def _extend(a: StepResult, b: StepResult, n: int, per: int) -> StepResult:
     """``b`` extended to ``n`` micro-batches by repeating its last period."""
     k = (n - b.num_microbatches) // per
-    cats = set(a.breakdown_s) | set(b.breakdown_s)
-    parts = {c: b.breakdown_s.get(c, 0.0) + k * (b.breakdown_s.get(c, 0.0)
-                                                 - a.breakdown_s.get(c, 0.0)) for c in cats}
     busy = tuple(y + k * (y - x) for x, y in zip(a.stage_busy_s, b.stage_busy_s, strict=True))
     return replace(b, step_time_s=b.step_time_s + k * (b.step_time_s - a.step_time_s),
-                   breakdown_s={c: v for c, v in parts.items() if v > 0}, stage_busy_s=busy,
-                   num_microbatches=n, extension="periodic")
+                   breakdown_s=extend_breakdown(a.breakdown_s, b.breakdown_s, k),
+                   stage_busy_s=busy, num_microbatches=n, extension="periodic")
 
 
 def simulate_step(graph: TrainingGraph, compute: ComputeModel, network: NetworkModel,

@@ -21,8 +21,9 @@ from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from codesign.api import _plan_summary, simulate_run
+from codesign.api import simulate_run
 from codesign.errors import SpecError
+from codesign.report.metrics import plan_summary
 from codesign.report.training import BREAKDOWN_KEYS, MEMORY_KEYS, TrainingReport
 from codesign.search.estimate import Estimate, Estimator
 from codesign.search.fields import SearchSpaceBase
@@ -252,7 +253,7 @@ def _progress_bar(total: int) -> Callable[[int], None]:
 
 def _candidate(en: Enumeration, e: Estimate) -> Candidate:
     assert e.step_time_s is not None and e.mfu is not None and e.tokens_per_s is not None
-    return Candidate(plan=_plan_summary(plan_run(en.base, e.point)),
+    return Candidate(plan=plan_summary(plan_run(en.base, e.point)),
                      estimate_step_time_s=e.step_time_s, estimate_mfu=e.mfu,
                      estimate_tokens_per_s=e.tokens_per_s, memory_GiB=dict(e.memory_GiB),
                      breakdown_s=dict(e.breakdown_s), point=e.point)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from codesign.engine.expanded.values import ExpandedResult
+from codesign.engine.steady import extend_breakdown
 from codesign.workload.schedules import inflight_window, tail_phases
 from codesign.workload.step_program import Node, StepProgram
 
@@ -164,12 +165,9 @@ def extend(a: PipelineRun, b: PipelineRun, n: int, per: int) -> ExpandedResult:
     """``b`` extended to ``n`` micro-batches by repeating its last period."""
     ra, rb = a.result, b.result
     k = (n - b.num_microbatches) // per
-    cats = set(ra.breakdown_s) | set(rb.breakdown_s)
-    parts = {c: rb.breakdown_s.get(c, 0.0) + k * (rb.breakdown_s.get(c, 0.0)
-                                                  - ra.breakdown_s.get(c, 0.0)) for c in cats}
     return replace(
         rb, step_time_s=rb.step_time_s + k * (rb.step_time_s - ra.step_time_s),
-        breakdown_s={c: v for c, v in parts.items() if v > 0},
+        breakdown_s=extend_breakdown(ra.breakdown_s, rb.breakdown_s, k),
         rank_finish_s=rb.rank_finish_s + k * (rb.rank_finish_s - ra.rank_finish_s),
         rank_busy_s=rb.rank_busy_s + k * (rb.rank_busy_s - ra.rank_busy_s),
         num_microbatches=n, extension="periodic")
