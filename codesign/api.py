@@ -30,7 +30,7 @@ from codesign.specs.model import ModelSpec
 from codesign.specs.parallel import ParallelismSpec
 from codesign.specs.run import TrainingRun
 from codesign.specs.topology import FullFlatTopology, TwoTierTopology
-from codesign.workload.memory import memory_per_gpu
+from codesign.workload.memory import MemoryEstimate, memory_per_gpu
 from codesign.workload.training import TrainingGraph, build_training_graph, state_groups
 
 if TYPE_CHECKING:
@@ -85,6 +85,16 @@ def build_models(run: TrainingRun) -> tuple[TrainingGraph, ComputeModel, Network
     return graph, compute, network
 
 
+def check_memory(run: TrainingRun, graph: TrainingGraph,
+                 network: NetworkModel) -> tuple[MemoryEstimate, TrainingReport | None]:
+    """Memory per GPU of ``run``'s most loaded stage, and the out-of-memory report when it does
+    not fit in HBM (else ``None``): the check :func:`simulate_detailed` and the trace
+    exporter share."""
+    dense_grp, expert_grp = state_groups(run.parallel)
+    mem = memory_per_gpu(graph, network.group_size(dense_grp), network.group_size(expert_grp))
+    return mem, out_of_memory_report(run, mem) if mem.total > run.gpu.memory_bytes else None
+
+
 @dataclass(frozen=True)
 class Simulation:
     """A report together with what produced it (graph, models and the engine's step result;
@@ -111,10 +121,9 @@ def simulate_detailed(run: TrainingRun, *, exact: bool = False) -> Simulation:
         graph, compute, network = build_models(run)
     except (InfeasiblePlan, ValueError) as exc:
         return Simulation(infeasible_report(run, str(exc)))
-    dense_grp, expert_grp = state_groups(run.parallel)
-    mem = memory_per_gpu(graph, network.group_size(dense_grp), network.group_size(expert_grp))
-    if mem.total > run.gpu.memory_bytes:
-        return Simulation(out_of_memory_report(run, mem), graph, compute, network)
+    mem, oom = check_memory(run, graph, network)
+    if oom is not None:
+        return Simulation(oom, graph, compute, network)
     step = simulate_step(graph, compute, network, exact=exact)
     report = training_report(
         run, graph, step_time_s=step.step_time_s, breakdown_s=step.breakdown_s,

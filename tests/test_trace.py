@@ -140,7 +140,10 @@ def expected_stage(run: TrainingRun, graph: TrainingGraph, stage: int) -> dict[s
     for o in ops:
         if o.kind == "comm":
             n_coll += n_mb
-            coll[o.comm or ""] += o.size * n_mb
+            # an all-gather's comm_size is the rank's input (ASTRA-sim Ring.cc: the output
+            # is comm_size x group size); the graph sizes it by its output
+            per_rank = o.size / net.group_size(o.group) if o.comm == "all_gather" else o.size
+            coll[o.comm or ""] += per_rank * n_mb
 
     def buckets(kind: str, nbytes: float) -> None:
         nonlocal n_coll
@@ -148,10 +151,10 @@ def expected_stage(run: TrainingRun, graph: TrainingGraph, stage: int) -> dict[s
             for _, dense, expert in c.layer_params:
                 if dense > 0 and dn > 1:
                     n_coll += 1
-                    coll[kind] += dense * nbytes
+                    coll[kind] += dense * nbytes / (dn if kind == "all_gather" else 1)
                 if expert > 0 and en > 1:
                     n_coll += 1
-                    coll[kind] += expert * nbytes
+                    coll[kind] += expert * nbytes / (en if kind == "all_gather" else 1)
 
     zero = p.sharding_stage
     if zero < 3 and (dn > 1 or en > 1):
@@ -363,8 +366,15 @@ def test_network_system_and_memory_files(exported: dict[str, Any]) -> None:
     up, out = run.topology.scale_up, run.topology.scale_out
     assert net["topology"] == ["Switch", "Switch"]
     assert net["npus_count"] == [8, 2]
-    assert net["bandwidth"] == [up.bandwidth_GBps, out.nic_bandwidth_Gbps / 8]
-    assert net["latency"][0] == pytest.approx(up.latency_us * 1000)
+    # what ASTRA-sim's analytical backend computes from the file (astra-network-analytical
+    # NetworkFunction.cpp: B/ns = bw * 2^30 / 1e9; Switch.cpp: 2 hops x latency per message)
+    # must be codesign's bytes/s and end-to-end latency
+    bytes_per_ns = [bw * (1 << 30) / 1e9 for bw in net["bandwidth"]]
+    assert bytes_per_ns == pytest.approx([up.bandwidth_GBps, out.nic_bandwidth_Gbps / 8],
+                                         rel=1e-5)
+    out_lat_us = out.latency_us + out.hop_latency_us * (2 * out.switch_tiers - 1)
+    assert [2 * lat for lat in net["latency"]] == pytest.approx(
+        [up.latency_us * 1000, out_lat_us * 1000], rel=1e-5)
     system = json.loads(Path(f"{e['prefix']}.system.json").read_text())
     assert system["roofline-enabled"] == 0
     assert len(system["all-reduce-implementation"]) == 2
@@ -685,3 +695,58 @@ def test_perfetto_zb_h1_shows_every_micro_batch_and_weight_gradient_slices() -> 
     end = max(e["ts"] + e["dur"] for e in xs)
     assert report.step_time_s is not None
     assert end == pytest.approx(report.step_time_s * 1e6, rel=1e-9)
+
+
+def test_all_gather_comm_size_is_the_rank_input() -> None:
+    """ASTRA-sim's Ring.cc (astra-sim 518bd51 lines 75-77) moves comm_size x nodes for an
+    all-gather: the exported size times the group size must be codesign's gathered output."""
+    from codesign.trace.chakra_encode import comm_size
+
+    assert comm_size("all_gather", 8 * 3e6, 8) * 8 == 8 * 3e6
+    assert comm_size("all_gather", 8 * 3e6, 8) == 3e6
+    for kind in ("all_reduce", "reduce_scatter", "all_to_all"):
+        assert comm_size(kind, 5e6, 8) == 5e6
+
+
+def test_export_refuses_out_of_memory_plans_unless_forced(tmp_path: Path) -> None:
+    from codesign.errors import InfeasiblePlan
+
+    run = build_run(model="gpt3-175b", gpu="h100", num_gpus=8, tp=8, pp=1,
+                    global_batch_size=8)
+    with pytest.raises(InfeasiblePlan, match="out of memory"):
+        export_chakra(run, tmp_path / "oom")
+    assert not list(tmp_path.glob("oom*"))
+    result = export_chakra(run, tmp_path / "oom", force=True)
+    assert any("--force" in n for n in result.notes)
+    meta, _ = decode(tmp_path / "oom.0.et")
+    assert "out of memory" in {a.name: a for a in meta.attr}["codesign_infeasible"].string_val
+
+
+def test_group_id_limit_is_named() -> None:
+    from codesign.trace.astra_config import MAX_GROUP_ID, astra_notes
+
+    assert MAX_GROUP_ID == 2147  # floor((2^31 - 1) / 1e6), CommunicatorGroup.cc line 46
+    run = build_run(model=tiny_model(), gpu="h100", num_gpus=16, tp=2, pp=2,
+                    global_batch_size=16)
+    assert not any("2,147" in n for n in astra_notes(run, 16, 2147))
+    assert any("2,147" in n for n in astra_notes(run, 16, 2148))
+
+
+def test_inspect_reads_stage_style_point_to_point(tmp_path: Path) -> None:
+    """STAGE writes only comm_dst on sends and only comm_src on receives (the other side is
+    the rank itself); a two-rank trace in that style reads with every send matched."""
+    from codesign.trace.reader import summarize
+
+    node_cls, attr = schema.message_class("Node"), schema.message_class("AttributeProto")
+    nt = schema.enum_values("NodeType")
+    meta = schema.message_class("GlobalMetadata")(version="0.0.4")
+    for rank, (kind, peer_key) in enumerate(((nt["COMM_SEND_NODE"], "comm_dst"),
+                                             (nt["COMM_RECV_NODE"], "comm_src"))):
+        node = node_cls(id=0, name="p2p", type=kind, attr=[
+            attr(name=peer_key, int32_val=1 - rank), attr(name="comm_size", int64_val=4096),
+            attr(name="comm_tag", int32_val=7)])
+        (tmp_path / f"stage.{rank}.et").write_bytes(
+            schema.record(meta.SerializeToString()) + schema.record(node.SerializeToString()))
+    s = summarize(tmp_path / "stage")
+    assert s.ranks == 2 and s.problems == []
+    assert s.p2p == {"send": {"count": 1, "bytes": 4096}, "recv": {"count": 1, "bytes": 4096}}

@@ -24,14 +24,19 @@ def register(sub: Any) -> None:
                     "PREFIX.groups.json (--comm-group-configuration), and ASTRA-sim's "
                     "network, system and remote-memory files for the run's topology "
                     "(PREFIX.network.yml, PREFIX.system.json, PREFIX.memory.json). Takes the "
-                    "run options of 'simulate'. The plan is checked as 'simulate' checks it, "
-                    "except for memory: an out-of-memory plan is still exported.",
+                    "run options of 'simulate'. The plan is checked as 'simulate' checks it: an "
+                    "out-of-memory plan is refused with simulate's reason unless --force is "
+                    "given (then every trace's metadata carries codesign_infeasible). The "
+                    "known differences between ASTRA-sim's reading of the files and "
+                    "codesign's model are printed after the summary.",
         epilog="Example:\n  codesign export chakra --model gpt3-175b --gpu h100 --gpus 64 "
                "--tp 8 --pp 8 --micro-batch 1 --global-batch 64 --out out/gpt3",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_flags(ch)
     add_out(ch, "PREFIX", "path prefix of the files written (directories are created; "
                           "required)")
+    ch.add_argument("--force", action="store_true",
+                    help="export a plan that does not fit in HBM (flagged in the metadata)")
     add_format(ch, "the summary of what was written")
     ch.set_defaults(func=cmd_export_chakra)
 
@@ -48,7 +53,7 @@ def cmd_export_chakra(args: argparse.Namespace) -> int:
         if sys.stderr.isatty():
             print(f"\r{done:,}/{total:,} ranks", end="", file=sys.stderr, flush=True)
 
-    result = export_chakra(run, args.out, progress=progress)
+    result = export_chakra(run, args.out, progress=progress, force=args.force)
     if sys.stderr.isatty():
         print(file=sys.stderr)
     if args.format == "json":
@@ -62,4 +67,8 @@ def cmd_export_chakra(args: argparse.Namespace) -> int:
     print(f"network: {result.files['network']}")
     print(f"system:  {result.files['system']}")
     print(f"memory:  {result.files['memory']}")
+    if result.notes:
+        print("ASTRA-sim differences:")
+        for note in result.notes:
+            print(f"  - {note}")
     return 0

@@ -18,6 +18,18 @@ from codesign.specs.run import TrainingRun
 from codesign.specs.topology import FullFlatTopology
 from codesign.units import GB, TFLOPS
 
+#: ASTRA-sim's analytical backend reads a bandwidth of ``v`` "GB/s" as ``v × 2^30`` bytes per
+#: second (astra-network-analytical ``common/NetworkFunction.cpp`` ``bw_GBps_to_Bpns``: "1 GB
+#: is 2^30 B"); codesign's GB/s are 10^9 B/s, so files carry ``GB/s × 10^9 / 2^30``
+GIB_PER_GB = 1e9 / 2**30
+#: a ``Switch`` dimension counts two hops per message (src -> switch -> dst:
+#: ``congestion_unaware/basic-topology/Switch.cpp`` ``compute_hops_count`` returns 2, and
+#: ``BasicTopology.cpp`` charges ``hops × latency``), so files carry half the end-to-end latency
+SWITCH_HOPS = 2
+#: ASTRA-sim's ``CommunicatorGroup`` sets ``num_streams = id * 1000000`` in an ``int``
+#: (astra-sim 518bd51 ``astra-sim/system/CommunicatorGroup.cc`` line 46): ids above this overflow
+MAX_GROUP_ID = (2**31 - 1) // 1_000_000
+
 #: ASTRA-sim's memory file: no remote memory expansion
 MEMORY_JSON: dict[str, Any] = {"memory-type": "NO_MEMORY_EXPANSION"}
 
@@ -29,34 +41,53 @@ def network_dims(topology: Any, world: int) -> int:
     return 2
 
 
+def _bandwidth(gbps: float) -> str:
+    """A codesign bandwidth (10^9 B/s) as the value ASTRA-sim reads as the same bytes/s."""
+    return f"{gbps * GIB_PER_GB:.6g}"
+
+
+def _latency_ns(us: float) -> str:
+    """An end-to-end message latency (µs) as a ``Switch`` dimension's per-hop latency (ns)."""
+    return f"{us * 1e3 / SWITCH_HOPS:.6g}"
+
+
+_UNITS = [f"# bandwidth: GB/s per GPU per direction x 1e9/2^30 (ASTRA-sim reads 'GB' as 2^30 "
+          f"B: {GIB_PER_GB:.6f}); latency: ns per hop, half of codesign's end-to-end latency "
+          "(a Switch charges two hops)"]
+
+
 def network_yaml(run: TrainingRun, world: int) -> str:
-    """ASTRA-sim analytical network file (YAML) for the run's topology."""
+    """ASTRA-sim analytical network file (YAML) for the run's topology, in the units the
+    analytical backend computes with (:data:`GIB_PER_GB`, :data:`SWITCH_HOPS`)."""
     topo = run.topology
     lines = [f"# ASTRA-sim analytical network for codesign topology '{topo.name}', "
-             f"{world} GPUs (written by codesign {__version__})"]
+             f"{world} GPUs (written by codesign {__version__})", *_UNITS]
     if isinstance(topo, FullFlatTopology):
-        lines += ["# FullFlat: one switch, the same bandwidth between every pair of GPUs",
+        lines += [f"# FullFlat: one switch, {topo.bandwidth_GBps:g} GB/s between every pair of "
+                  f"GPUs, {topo.latency_us:g} us",
                   "topology: [ Switch ]", f"npus_count: [ {world} ]",
-                  f"bandwidth: [ {topo.bandwidth_GBps:g} ]  # GB/s per GPU per direction",
-                  f"latency: [ {topo.latency_us * 1e3:g} ]  # ns"]
+                  f"bandwidth: [ {_bandwidth(topo.bandwidth_GBps)} ]",
+                  f"latency: [ {_latency_ns(topo.latency_us)} ]"]
         return "\n".join(lines) + "\n"
     up, out = topo.scale_up, topo.scale_out
     if network_dims(topo, world) == 1:
-        lines += ["# every GPU in one scale-up domain",
+        lines += [f"# every GPU in one scale-up domain: {up.bandwidth_GBps:g} GB/s, "
+                  f"{up.latency_us:g} us",
                   "topology: [ Switch ]", f"npus_count: [ {world} ]",
-                  f"bandwidth: [ {up.bandwidth_GBps:g} ]  # GB/s per GPU per direction",
-                  f"latency: [ {up.latency_us * 1e3:g} ]  # ns"]
+                  f"bandwidth: [ {_bandwidth(up.bandwidth_GBps)} ]",
+                  f"latency: [ {_latency_ns(up.latency_us)} ]"]
         return "\n".join(lines) + "\n"
     d = up.domain_size
     out_bw = out.nic_bandwidth_Gbps / 8.0
-    out_lat_ns = (out.latency_us + out.hop_latency_us * (2 * out.switch_tiers - 1)) * 1e3
-    lines += [f"# dim 0: scale-up domain of {d} GPUs; dim 1: scale-out fat-tree, one "
-              f"{out.nic_bandwidth_Gbps:g} Gb/s NIC per GPU",
+    out_lat_us = out.latency_us + out.hop_latency_us * (2 * out.switch_tiers - 1)
+    lines += [f"# dim 0: scale-up domain of {d} GPUs, {up.bandwidth_GBps:g} GB/s, "
+              f"{up.latency_us:g} us; dim 1: scale-out fat-tree, one "
+              f"{out.nic_bandwidth_Gbps:g} Gb/s NIC per GPU ({out_bw:g} GB/s), {out_lat_us:g} us",
               "# (ASTRA-sim has no oversubscription or message-size efficiency: "
               "codesign's are left out)",
               "topology: [ Switch, Switch ]", f"npus_count: [ {d}, {world // d} ]",
-              f"bandwidth: [ {up.bandwidth_GBps:g}, {out_bw:g} ]  # GB/s per GPU per direction",
-              f"latency: [ {up.latency_us * 1e3:g}, {out_lat_ns:g} ]  # ns"]
+              f"bandwidth: [ {_bandwidth(up.bandwidth_GBps)}, {_bandwidth(out_bw)} ]",
+              f"latency: [ {_latency_ns(up.latency_us)}, {_latency_ns(out_lat_us)} ]"]
     return "\n".join(lines) + "\n"
 
 
@@ -84,3 +115,35 @@ def check_network(run: TrainingRun, world: int) -> None:
             raise SpecError(f"num_gpus: ASTRA-sim's network file needs the GPU count ({world}) "
                             f"to be a multiple of the scale-up domain size ({d}) of topology "
                             f"'{topo.name}'")
+
+
+def astra_notes(run: TrainingRun, world: int, num_groups: int) -> tuple[str, ...]:
+    """What ASTRA-sim does differently from codesign with the exported files, and limits the
+    export runs into (printed by ``codesign export chakra``)."""
+    notes = [
+        "ASTRA-sim's workload layer runs one communication op at a time per rank, so "
+        "overlapped gradient buckets, ZeRO gathers and pipeline sends queue behind TP "
+        "collectives there (codesign overlaps them on separate streams)",
+        "collectives on a group smaller than the world run as a flat ring in ASTRA-sim "
+        "whatever the system file says; codesign prices each with its own algorithm",
+        "do not set \"replay-only\": 1 in the system file: it drops every cross-rank "
+        "dependency (receives stop waiting for their sends)",
+        "ASTRA-sim's congestion-aware backend accepts one-dimensional topologies only",
+    ]
+    topo = run.topology
+    reduce = [t for t in (getattr(topo, "scale_up", None), getattr(topo, "scale_out", None))
+              if t is not None and getattr(t, "in_network_reduction", False)]
+    if reduce:
+        notes.append("codesign prices all-reduce with in-network reduction (NVLS/SHARP) on "
+                     f"{topology_label(topo)}; ASTRA-sim's system file can only say ring, "
+                     "direct, halving-doubling or double-binary-tree, so it runs a ring there")
+    if num_groups > MAX_GROUP_ID:
+        notes.append(f"warning: {num_groups:,} communicator groups; ASTRA-sim overflows group "
+                     f"ids above {MAX_GROUP_ID:,} (CommunicatorGroup.cc: num_streams = "
+                     "id * 1000000 in an int)")
+    return tuple(notes)
+
+
+def topology_label(topo: Any) -> str:
+    """``topology 'name'``."""
+    return f"topology '{topo.name}'"

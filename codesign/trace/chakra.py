@@ -33,10 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from codesign.api import build_models
+from codesign.api import build_models, check_memory
+from codesign.errors import InfeasiblePlan
 from codesign.specs.run import TrainingRun
 from codesign.trace.astra_config import (
     MEMORY_JSON,
+    astra_notes,
     check_network,
     network_dims,
     network_yaml,
@@ -59,6 +61,8 @@ class ChakraExport:
     elapsed_s: float  # the whole export
     write_s: float  # of which opening, writing and closing the trace files
     files: dict[str, str]
+    #: what ASTRA-sim will do differently from codesign with these files (and warnings)
+    notes: tuple[str, ...] = ()
 
     @property
     def ranks_per_s(self) -> float:
@@ -69,21 +73,27 @@ class ChakraExport:
                 "nodes_per_stage": list(self.nodes_per_stage), "num_groups": self.num_groups,
                 "bytes_written": self.bytes_written, "elapsed_s": self.elapsed_s,
                 "write_s": self.write_s, "ranks_per_s": self.ranks_per_s,
-                "files": dict(self.files)}
+                "files": dict(self.files), "notes": list(self.notes)}
 
 
 
 def export_chakra(run: TrainingRun, prefix: str | Path,
-                  progress: Callable[[int, int], None] | None = None) -> ChakraExport:
+                  progress: Callable[[int, int], None] | None = None, *,
+                  force: bool = False) -> ChakraExport:
     """Write the Chakra ET of one training step of ``run`` for every rank (see module doc).
 
     ``progress(done_ranks, total_ranks)`` is called after each pipeline stage. Trace files of
     higher ranks left at the same prefix by an earlier export are deleted. Raises
-    :class:`InfeasiblePlan` for a plan that cannot run, :class:`SpecError` when the topology
-    has no ASTRA-sim network file for this GPU count.
+    :class:`InfeasiblePlan` for a plan that cannot run, with ``simulate``'s reason (an
+    out-of-memory plan is exported only with ``force``, and flagged in every trace's
+    metadata), :class:`SpecError` when the topology has no ASTRA-sim network file for this
+    GPU count.
     """
     t0 = time.perf_counter()
     graph, compute, network = build_models(run)
+    _, oom = check_memory(run, graph, network)
+    if oom is not None and not force:
+        raise InfeasiblePlan(f"{oom.reason} (export anyway with --force)")
     ranks = Ranks(network)
     world = ranks.world
     check_network(run, world)
@@ -91,7 +101,8 @@ def export_chakra(run: TrainingRun, prefix: str | Path,
     prefix.parent.mkdir(parents=True, exist_ok=True)
     stages = StageNodes(graph, compute, network)
     programs = [stages.stage(s) for s in range(run.parallel.pp)]
-    encoders = [StageEncoder(nodes, ranks, metadata(run, s, world))
+    flag = {"codesign_infeasible": oom.reason} if oom is not None else {}
+    encoders = [StageEncoder(nodes, ranks, metadata(run, s, world, **flag))
                 for s, nodes in enumerate(programs)]
     ranks.assign_ids()
     written = 0
@@ -113,7 +124,8 @@ def export_chakra(run: TrainingRun, prefix: str | Path,
         prefix=str(prefix), num_ranks=world, nodes_per_stage=tuple(len(p) for p in programs),
         num_groups=ranks.num_groups,
         bytes_written=written, elapsed_s=time.perf_counter() - t0, write_s=write_s,
-        files=files)
+        files=files, notes=astra_notes(run, world, ranks.num_groups)
+        + ((f"exported with --force: {oom.reason}",) if oom is not None else ()))
 
 
 def _remove_stale(prefix: Path, world: int) -> None:

@@ -61,8 +61,9 @@ def rounded_us(durations_s: list[float]) -> list[int]:
     return out
 
 
-def metadata(run: TrainingRun, stage: int, world: int) -> bytes:
-    """The framed ``GlobalMetadata`` record that opens a rank's file."""
+def metadata(run: TrainingRun, stage: int, world: int, **flags: str) -> bytes:
+    """The framed ``GlobalMetadata`` record that opens a rank's file (``flags``: extra string
+    attributes, e.g. ``codesign_infeasible`` for a plan exported with ``--force``)."""
     spec = json.dumps(run.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     meta = message_class("GlobalMetadata")(version=ET_VERSION)
     meta.attr.extend([
@@ -73,8 +74,29 @@ def metadata(run: TrainingRun, stage: int, world: int) -> bytes:
         _attr("pipeline_stage", int64_val=stage),
         _attr("num_ranks", int64_val=world),
         _attr("duration_source", string_val="codesign compute and network models, microseconds"),
+        _attr("comm_size_convention", string_val=COMM_SIZE_CONVENTION),
+        *(_attr(k, string_val=v) for k, v in flags.items()),
     ])
     return record(meta.SerializeToString())
+
+
+#: what ``comm_size`` holds, per collective (ASTRA-sim's reading, see :func:`comm_size`)
+COMM_SIZE_CONVENTION = ("comm_size: bytes per rank; all-reduce, reduce-scatter, all-to-all: "
+                        "the rank's whole buffer; all-gather: the rank's input (one shard)")
+
+
+def comm_size(comm: str, size: float, group_size: int) -> float:
+    """``comm_size`` of a collective node, in bytes, as ASTRA-sim reads it.
+
+    codesign sizes every collective by the buffer a rank holds at its largest: the gathered
+    output of an all-gather. ASTRA-sim's collective implementations read an all-gather's
+    ``comm_size`` as the rank's *input* and move ``comm_size × group_size`` in all
+    (astra-sim 518bd51 ``astraccl/native_collectives/collective_algorithm/Ring.cc`` lines
+    75-77 and ``HalvingDoubling.cc`` line 62: ``final_data_size = data_size * nodes``), so an
+    all-gather is written as its output divided by the group size; all-reduce,
+    reduce-scatter and all-to-all take the whole buffer in both tools (Ring.cc 71-86).
+    """
+    return size / group_size if comm == "all_gather" else size
 
 
 def _attr(name: str, **value: Any) -> Any:
@@ -138,7 +160,8 @@ class StageEncoder:
                 continue
             if n.type == COLL:
                 k = ranks.use(n.group)
-                key = ("coll", n.comm, n.group, round(n.size))
+                key = ("coll", n.comm, n.group, round(comm_size(n.comm, n.size,
+                                                              ranks.group_size(n.group))))
                 if key not in cache:
                     cache[key] = node_cls(attr=[
                         is_gpu, _attr("comm_size", int64_val=key[3]),

@@ -97,6 +97,10 @@ class Ranks:
         pp = self.layout.size("pp")
         return ranks + ((stage + step) % pp - stage) * self.layout.stride("pp")
 
+    def group_size(self, group: str) -> int:
+        """Ranks in each group of kind ``group``."""
+        return self.network.group_size(group)
+
     def involved_dims(self, group: str) -> list[bool]:
         """Which dimensions of the exported network file a group's collectives use."""
         if network_dims(self.network.topology, self.world) == 1:

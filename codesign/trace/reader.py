@@ -149,19 +149,24 @@ def summarize(trace: str | Path) -> TraceSummary:
                 continue
             a = _attrs(n)
             if t == coll_t:
-                name = comm_names.get(int(_value(a["comm_type"])), "?")
+                name = (comm_names.get(int(_value(a["comm_type"])), "?") if "comm_type" in a
+                        else "?")
                 c = coll.setdefault(name, Counter())
                 c["count"] += 1
-                c["bytes"] += int(_value(a["comm_size"]))
+                c["bytes"] += int(_value(a["comm_size"])) if "comm_size" in a else 0
                 pg = str(_value(a["pg_name"])) if "pg_name" in a else ""
                 used.setdefault(pg, set()).add(rank if rank is not None else -1)
             elif t in (send_t, recv_t):
                 side = "send" if t == send_t else "recv"
-                size = int(_value(a["comm_size"]))
+                size = int(_value(a["comm_size"])) if "comm_size" in a else 0
                 p2p[side]["count"] += 1
                 p2p[side]["bytes"] += size
-                key = (int(_value(a["comm_src"])), int(_value(a["comm_dst"])),
-                       int(_value(a["comm_tag"])), size)
+                # STAGE writes only the destination on sends and only the source on
+                # receives: the missing side is this rank
+                src = int(_value(a["comm_src"])) if "comm_src" in a else rank
+                dst = int(_value(a["comm_dst"])) if "comm_dst" in a else rank
+                tag = int(_value(a["comm_tag"])) if "comm_tag" in a else 0
+                key = (-1 if src is None else src, -1 if dst is None else dst, tag, size)
                 (sends if side == "send" else recvs)[key] += 1
                 me = key[0] if side == "send" else key[1]
                 if rank is not None and me != rank:
