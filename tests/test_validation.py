@@ -4,6 +4,7 @@ independent computations; the calibration fit recovers a known parameter."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -159,3 +160,49 @@ def test_a_row_whose_every_candidate_is_invalid_says_why() -> None:
     (row,) = [r for r in read_rows(SMALL) if r["case_id"] == "T001"]
     with pytest.raises(Unsupported, match="tp 5 does not divide num_heads 24"):
         map_row({**row, "tp": "5", "num_gpus": "40"})
+
+
+# --- rows in their authors' words ----------------------------------------------------------
+
+_PROSE_ROW = {"case_id": "P1", "source": "a DeepSpeed blog post", "model": "Llama-3-8B",
+              "num_layers": "", "hidden_size": "", "num_heads": "",
+              "gpu_type": "H100-SXM5-80GB", "num_gpus": "8", "tp": "", "pp": "not stated",
+              "global_batch_size": "1M tokens", "seq_len": "8192", "zero_fsdp": "ZeRO stage 3",
+              "tokens_per_s_per_gpu": "~8,000 tok/s/GPU", "precision": "bf16"}
+
+
+def test_a_row_without_a_plan_gets_the_fastest_feasible_one() -> None:
+    from codesign.api import simulate_run
+    from codesign.search.search import search
+    from codesign.validation.training_cases import map_row
+
+    case = map_row(dict(_PROSE_ROW))
+    (run,), = case.candidates
+    # 1M tokens = 2^20 tokens = 128 sequences of 8,192; ZeRO-3 as written; DeepSpeed has no
+    # TP-communication overlap; the catalog model stands in for the empty architecture
+    assert run.parallel.global_batch_size == 128 and run.parallel.zero_stage == 3
+    assert not run.parallel.tp_comm_overlap and run.model.name == "llama3-8b"
+    assert case.measurement.value == 8000 * 8
+    assert any(a.startswith("plan not stated") for a in case.assumptions)
+    # the chosen plan is at least as fast as every plan of the same constraints the search
+    # estimated (the engine confirms the best few)
+    report = simulate_run(run)
+    res = search(run, fixed={"zero_stage": 3, "tp_comm_overlap": False,
+                             "overlap_grad_reduce": run.parallel.overlap_grad_reduce,
+                             "overlap_param_gather": run.parallel.overlap_param_gather},
+                 confirm=0, top_n=1)
+    assert report.feasible and report.step_time_s is not None
+    assert report.step_time_s <= res.candidates[0].estimate_step_time_s * 1.05
+
+
+@pytest.mark.parametrize(("column", "value", "says"), [
+    ("gpu_type", "Quantum Abacus 9000", "gpu_type 'Quantum Abacus 9000'"),
+    ("num_gpus", "", "num_gpus"),
+    ("global_batch_size", "lots", "global_batch_size 'lots'"),
+    ("model", "Mystery-7B", "model 'Mystery-7B'"),
+])
+def test_a_row_that_cannot_run_names_its_column(column: str, value: str, says: str) -> None:
+    from codesign.validation.training_cases import Unsupported, map_row
+
+    with pytest.raises(Unsupported, match=re.escape(says)):
+        map_row({**_PROSE_ROW, column: value})

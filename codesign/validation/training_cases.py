@@ -30,13 +30,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from codesign.errors import SpecError
+from codesign.errors import InfeasiblePlan, SpecError
+from codesign.search.choose import choose_plan
 from codesign.specs.catalog import load_gpu, load_model, load_topology
+from codesign.specs.gpu import GpuSpec
 from codesign.specs.model import ModelSpec, MoESpec
 from codesign.specs.parallel import ParallelismSpec
 from codesign.specs.run import TrainingRun
-from codesign.validation.csvrows import float_cell, int_cell
+from codesign.validation.csvrows import int_cell
 from codesign.validation.csvrows import read_rows as _read_rows
+from codesign.validation.prose import (
+    read_global_batch,
+    read_interleave,
+    read_number,
+    read_precision,
+    read_recompute,
+    read_seconds,
+    read_switch,
+    read_zero,
+)
 from codesign.workload.dims import plan_problems
 
 REQUIRED_COLUMNS = ("case_id", "source", "model", "num_layers", "hidden_size", "num_heads",
@@ -75,38 +87,67 @@ def read_rows(path: Path) -> list[dict[str, str]]:
     return _read_rows(path, REQUIRED_COLUMNS, "a training")
 
 
+#: (pattern on the row's source, notes and model text, lower-cased; framework), first match
+#: wins; each framework's defaults are stated in the module docstring and
+#: :func:`_framework_settings` / :func:`_zero_stage`
+FRAMEWORK_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"narayanan|korthikanti|megatron-lm 2021|2104\.04473|2205\.05198", "megatron-2021"),
+    (r"llama 3|llama3|2407\.21783|\bmeta\b", "llama3"),
+    (r"mosaic|llm-foundry|\bmpt\b", "mosaicml"),
+    (r"torchtitan|fsdp2", "torchtitan"),
+    (r"maxtext|\bpaxml\b|\bpax\b|\bjax\b|\bpalm\b|\btpu\b|2204\.02311", "maxtext"),
+    (r"deepspeed|bloom|megatron-deepspeed|\bzero\b", "deepspeed"),
+    (r"nemo|megatron|mlperf|mcore|bridge|transformer engine|nvidia", "megatron-core"),
+)
+
+
 def framework_of(row: dict[str, str]) -> str:
-    """Which framework produced the row (decides defaults)."""
-    src = row.get("source", "").lower()
-    if "narayanan" in src or "korthikanti" in src:
-        return "megatron-2021"
-    if "llama 3" in src or "llama3" in src or "meta" in src or "2407.21783" in src:
-        return "llama3"
-    if "mosaic" in src or "llm-foundry" in src or "mpt" in row.get("model", "").lower():
-        return "mosaicml"
+    """Which framework produced the row (decides defaults): the first of
+    :data:`FRAMEWORK_PATTERNS` matching the source, notes or model; else Megatron-Core."""
+    text = " ".join(row.get(k, "") for k in ("source", "notes", "model",
+                                              "source_location")).lower()
+    for pattern, fw in FRAMEWORK_PATTERNS:
+        if re.search(pattern, text):
+            return fw
     return "megatron-core"
 
 
-def measurement_of(row: dict[str, str], framework: str) -> Measurement:
-    """The metric to compare: step time, then tokens/s, then TFLOP/s, then MFU."""
-    t = float_cell(row, "iteration_time_s")
-    if t:
-        return Measurement("iteration_time_s", t)
-    total = float_cell(row, "tokens_per_s_total")
-    if total:
-        return Measurement("tokens_per_s", total)
-    per_gpu = float_cell(row, "tokens_per_s_per_gpu")
+#: metric columns in the order they are preferred: (column, metric, reader)
+_METRICS = ("iteration_time_s", "tokens_per_s_total", "tokens_per_s_per_gpu", "tflops_per_gpu",
+            "mfu_pct")
+
+
+def measurement_of(row: dict[str, str], framework: str,
+                   notes: list[str] | None = None) -> Measurement:
+    """The metric to compare: step time, then tokens/s, then TFLOP/s, then MFU. Cells are
+    read as written (":func:`~codesign.validation.prose.read_number`: "~", "up to", ranges,
+    "850 ms"); what reading took goes to ``notes``."""
+    notes = notes if notes is not None else []
+    read: dict[str, float] = {}
+    for col in _METRICS:
+        cell = row.get(col, "")
+        n = read_seconds(cell) if col == "iteration_time_s" else read_number(cell)
+        if n is not None and n.value > 0:
+            read[col] = n.value
+            notes.extend(f"{col}: {note}" for note in n.notes)
+    if "iteration_time_s" in read:
+        return Measurement("iteration_time_s", read["iteration_time_s"])
+    if "tokens_per_s_total" in read:
+        return Measurement("tokens_per_s", read["tokens_per_s_total"])
     gpus = int_cell(row, "num_gpus")
-    if per_gpu and gpus:
-        return Measurement("tokens_per_s", per_gpu * gpus)
+    if "tokens_per_s_per_gpu" in read and gpus:
+        return Measurement("tokens_per_s", read["tokens_per_s_per_gpu"] * gpus)
     formula = "megatron-recompute" if framework == "megatron-2021" else "model"
-    tf = float_cell(row, "tflops_per_gpu")
-    if tf:
-        return Measurement("tflops_per_gpu", tf, formula)
-    mfu = float_cell(row, "mfu_pct")
-    if mfu:
+    if "tflops_per_gpu" in read:
+        return Measurement("tflops_per_gpu", read["tflops_per_gpu"], formula)
+    if "mfu_pct" in read:
+        mfu = read["mfu_pct"]
+        if mfu <= 1.0:  # written as a fraction ("0.52")
+            notes.append(f"mfu_pct {mfu:g} read as a fraction: {100 * mfu:g}%")
+            mfu *= 100
         return Measurement("mfu_pct", mfu, formula)
-    raise Unsupported("no measured metric (iteration time, tokens/s, TFLOP/s or MFU)")
+    raise Unsupported("no measured metric: iteration_time_s, tokens_per_s_total, "
+                      "tokens_per_s_per_gpu, tflops_per_gpu and mfu_pct hold no number")
 
 
 GATED_FAMILIES = ("llama", "qwen", "mixtral", "mistral", "oss", "deepseek")
@@ -117,9 +158,20 @@ def model_of(row: dict[str, str], framework: str, notes: list[str]) -> ModelSpec
     row's architecture columns."""
     layers, hidden = int_cell(row, "num_layers"), int_cell(row, "hidden_size")
     heads = int_cell(row, "num_heads")
+    seq = int_cell(row, "seq_len")
     if not (layers and hidden and heads):
-        raise Unsupported("model architecture not given (layers, hidden size, heads)")
-    seq = int_cell(row, "seq_len") or 2048
+        try:  # the architecture columns are empty: the catalog model of that name
+            cat = load_model(row["model"])
+        except SpecError as exc:
+            raise Unsupported(f"model {row['model']!r}: architecture columns (num_layers, "
+                              f"hidden_size, num_heads) empty and not a catalog model "
+                              f"({exc})") from None
+        notes.append(f"model: architecture not given, catalog entry {cat.name}"
+                     + ("" if seq else f" at its sequence length {cat.seq_len}"))
+        return cat.model_copy(update={"seq_len": seq or cat.seq_len})
+    if seq is None:
+        seq = 2048
+        notes.append("seq_len not given: 2048")
     try:
         cat = load_model(row["model"])
         if cat.num_layers == layers and cat.hidden_size == hidden:
@@ -176,50 +228,81 @@ def _interleaving_allowed(framework: str, num_layers: int, pp: int, vpp: int) ->
     return framework != "megatron-2021" or pp > 2
 
 
-def _yes(text: str) -> bool | None:
-    """'yes'/'no' (possibly followed by details); None for empty or 'not stated'."""
-    first = re.split(r"[^a-z]+", text.strip().lower(), maxsplit=1)[0]
-    return {"yes": True, "true": True, "no": False, "false": False}.get(first)
+#: ZeRO stage a framework uses when a row does not say (Megatron-LM 2021-22 had no
+#: distributed optimizer; Megatron-Core/NeMo recipes turn it on; Llama 3 keeps parameters after
+#: forward (ZeRO-2 semantics, Llama 3 report Sec. 3.3.2); llm-foundry, torchtitan and MaxText
+#: shard fully by default (FSDP FULL_SHARD / FSDP2 / MaxText's fsdp axis); Megatron-DeepSpeed
+#: recipes (e.g. BLOOM-176B) run ZeRO-1)
+DEFAULT_ZERO = {"megatron-2021": 0, "megatron-core": 1, "llama3": 2, "mosaicml": 3,
+                "torchtitan": 3, "maxtext": 3, "deepspeed": 1}
+
+
+def _stated(row: dict[str, str], col: str) -> int | None:
+    """A whole-number plan cell ("8", "8 (inferred)"), or ``None`` when empty / not stated."""
+    cell = row.get(col, "")
+    if re.search(r"not stated|unknown|\?|n/a", cell.lower()):
+        return None
+    return int_cell(row, col)
+
+
+def gpu_and_topology_of(row: dict[str, str], notes: list[str]) -> tuple[GpuSpec, Any]:
+    """The row's GPU and its system (the one place a row's hardware is read)."""
+    try:
+        gpu = load_gpu(row["gpu_type"])
+    except SpecError as exc:
+        raise Unsupported(f"gpu_type {row['gpu_type']!r}: {exc}") from None
+    return gpu, load_topology(topology_of(row, gpu.default_topology, notes))
 
 
 def map_row(row: dict[str, str]) -> MappedCase:
-    """Turn one CSV row into candidate runs; raises :class:`Unsupported` with the reason.
+    """Turn one CSV row into candidate runs; raises :class:`Unsupported` naming the column
+    that stops it.
 
     Settings a practitioner tunes, when the row leaves them out, become candidates:
     recompute is the least of none / selective / full that fits in HBM (one candidate group
     each, tried in that order); within a group, every micro-batch size of 1, 2, 4, 8 dividing
     the per-replica batch and every interleaving depth of 2-8 the framework can run
-    (:func:`_interleaving_allowed`) is a run, and the fastest feasible run is reported.
+    (:func:`_interleaving_allowed`) is a run, and the fastest feasible run is reported. When
+    the row does not state TP or PP, the whole plan is the fastest feasible one the search
+    finds with every stated setting pinned (:func:`codesign.search.choose.choose_plan`).
     """
     fw = framework_of(row)
     notes: list[str] = [f"framework defaults: {fw}"]
-    measurement = measurement_of(row, fw)
-    model = model_of(row, fw, notes)
-    gpu = load_gpu(row["gpu_type"])
-    topo = load_topology(topology_of(row, gpu.default_topology, notes))
     n = int_cell(row, "num_gpus")
-    tp, pp = int_cell(row, "tp") or 1, int_cell(row, "pp") or 1
-    cp, ep = int_cell(row, "cp") or 1, int_cell(row, "ep") or 1
-    gbs = int_cell(row, "global_batch_size")
-    if not n or not gbs:
-        raise Unsupported("num_gpus or global_batch_size not given")
-    dtype = "fp8" if "fp8" in row.get("precision", "").lower() else "bf16"
-
-    plan: dict[str, Any] = dict(tp=tp, pp=pp, cp=cp, ep=ep, global_batch_size=gbs, dtype=dtype,
-                                seq_len=model.seq_len)
-    sp = _yes(row.get("sp", ""))
+    if not n:
+        raise Unsupported(f"num_gpus {row.get('num_gpus', '')!r}: no GPU count")
+    measurement = measurement_of(row, fw, notes)
+    model = model_of(row, fw, notes)
+    gpu, topo = gpu_and_topology_of(row, notes)
+    batch = read_global_batch(row.get("global_batch_size", ""), model.seq_len or 2048)
+    if batch is None:
+        raise Unsupported(f"global_batch_size {row.get('global_batch_size', '')!r}: no batch "
+                          "size (sequences or tokens)")
+    gbs = batch[0]
+    notes.extend(batch[1])
+    tp, pp = _stated(row, "tp"), _stated(row, "pp")
+    cp, ep = _stated(row, "cp"), _stated(row, "ep")
+    dtype = read_precision(row.get("precision", ""))
+    plan: dict[str, Any] = dict(global_batch_size=gbs, dtype=dtype, seq_len=model.seq_len)
+    sp = read_switch(row.get("sp", ""))
+    zero = _zero_stage(row.get("zero_fsdp", ""), fw, notes)
+    if tp is None or pp is None:
+        return _searched_case(row, fw, notes, measurement, model, gpu, topo, n, plan,
+                              dict(tp=tp, pp=pp, cp=cp, ep=ep, sp=sp, zero=zero))
+    cp, ep = cp or 1, ep or 1
+    plan.update(tp=tp, pp=pp, cp=cp, ep=ep)
     if sp is None:
         sp = tp > 1 and fw != "megatron-2021"
         notes.append(f"sequence parallel not stated: {'on' if sp else 'off'} "
                      f"({fw} default)")
     plan["sequence_parallel"] = sp
-    plan["zero_stage"] = _zero_stage(row.get("zero_fsdp", "").lower(), fw, notes)
+    plan["zero_stage"] = zero
     plan.update(_framework_settings(fw, tp, sp, gpu.name))
     dp = n // (tp * pp * cp) if tp * pp * cp else 0
     mbs_list = _micro_batch_sizes(row, gbs, dp, notes)
     n_mb = gbs // (mbs_list[0] * dp) if dp and mbs_list[0] else 0
     vpp_list = _interleaving_depths(row, fw, model.num_layers, pp, n_mb, notes)
-    recomputes = _recomputes(row.get("activation_recompute", "").lower(), notes)
+    recomputes = _recomputes(row.get("activation_recompute", ""), notes)
     candidates, cand_notes = [], []
     first_problems: list[str] = []
     for rc in recomputes:
@@ -239,30 +322,78 @@ def map_row(row: dict[str, str]) -> MappedCase:
                                           (f"vpp {vpp}", len(vpp_list) > 1)) if many))
         candidates.append(tuple(group))
     if not any(candidates):  # no candidate setting gives a valid plan: say why the first fails
-        raise Unsupported("; ".join(first_problems))
+        raise Unsupported("tp/pp/cp/ep/global_batch_size: " + "; ".join(first_problems))
     return MappedCase(case_id=row["case_id"], source=row.get("source", ""), framework=fw,
                       candidates=tuple(candidates), candidate_notes=tuple(cand_notes),
                       measurement=measurement, assumptions=tuple(notes))
 
 
-def _zero_stage(z: str, fw: str, notes: list[str]) -> int:
-    """The ZeRO stage a row's ``zero_fsdp`` cell (lower-cased) means for framework ``fw``."""
-    if "fsdp" in z:
-        if fw == "llama3" or "not resharded" in z:
-            notes.append("FSDP keeping parameters after forward: ZeRO-2 semantics")
-            return 2
-        return 3
-    if z.strip() in ("0", "none", "off", "no"):
+def _searched_case(row: dict[str, str], fw: str, notes: list[str], measurement: Measurement,
+                   model: ModelSpec, gpu: GpuSpec, topo: Any, n: int, plan: dict[str, Any],
+                   stated: dict[str, Any]) -> MappedCase:
+    """A row that does not state TP or PP: the fastest feasible plan the search finds with
+    every stated setting (and the framework's fixed settings) pinned."""
+    fixed: dict[str, Any] = {k: v for k, v in (("tp", stated["tp"]), ("pp", stated["pp"]),
+                                                ("cp", stated["cp"]), ("ep", stated["ep"]))
+                             if v is not None}
+    dp = _stated(row, "dp")
+    if dp:
+        fixed["dp"] = dp
+    if stated["sp"] is not None:
+        fixed["sequence_parallel"] = stated["sp"]
+    fixed["zero_stage"] = stated["zero"]
+    depth, _ = read_interleave(row.get("vpp", ""))
+    if depth is not None:
+        fixed["vpp"] = depth
+    mbs = _stated(row, "micro_batch_size")
+    if mbs:
+        fixed["micro_batch_size"] = mbs
+    rc = read_recompute(row.get("activation_recompute", ""))
+    if rc is not None:
+        fixed["recompute"] = rc
+    # the framework's fixed switches as the stated-plan path sets them (spec defaults where
+    # the framework sets none); TP-communication overlap is left to the search where the
+    # framework has it (Megatron-Core userbuffers, not on A100), as it depends on the TP
+    defaults = ParallelismSpec()
+    fixed.update(overlap_grad_reduce=defaults.overlap_grad_reduce,
+                 overlap_param_gather=defaults.overlap_param_gather,
+                 tp_comm_overlap=False)
+    fixed.update(_framework_settings(fw, 2, True, gpu.name))
+    if fixed["tp_comm_overlap"]:
+        del fixed["tp_comm_overlap"]
+    base = TrainingRun(model=model, gpu=gpu, topology=topo, num_gpus=n,
+                       parallel=ParallelismSpec.parse({**plan, "zero_stage": stated["zero"]},
+                                                      f"case {row['case_id']}"))
+    try:
+        run, chosen = choose_plan(base, fixed)
+    except (InfeasiblePlan, SpecError) as exc:
+        raise Unsupported(f"tp/pp not stated and no plan fits: {exc}") from None
+    return MappedCase(case_id=row["case_id"], source=row.get("source", ""), framework=fw,
+                      candidates=((run,),), candidate_notes=((),), measurement=measurement,
+                      assumptions=(*notes, *chosen))
+
+
+def _zero_stage(cell: str, fw: str, notes: list[str]) -> int:
+    """The ZeRO stage a row's ``zero_fsdp`` cell means for framework ``fw``
+    (:func:`~codesign.validation.prose.read_zero`; :data:`DEFAULT_ZERO` when not stated)."""
+    reading = read_zero(cell)
+    if reading is None:
+        default = DEFAULT_ZERO.get(fw, 1)
+        notes.append(f"ZeRO not stated: stage {default} ({fw} default)")
+        return default
+    stage, note = reading
+    if stage is None:
         # 'FSDP: 0' in NeMo/Megatron-Bridge tables means FSDP off; those recipes keep the
         # distributed optimizer (ZeRO-1). Megatron-LM 2021-22 had no distributed optimizer.
-        if fw != "megatron-2021":
-            notes.append("FSDP off; distributed optimizer (ZeRO-1, framework default)")
-        return 0 if fw == "megatron-2021" else 1
-    if z:
-        notes.append("distributed optimizer assumed (ZeRO-1)")
-        return 1
-    stage = 0 if fw == "megatron-2021" else 1
-    notes.append(f"ZeRO not stated: stage {stage} ({fw} default)")
+        if fw == "megatron-core":
+            notes.append(f"{note}; distributed optimizer (ZeRO-1, framework default)")
+            return 1
+        notes.append(note)
+        return 0
+    if fw == "llama3" and stage == 3:
+        notes.append("FSDP keeping parameters after forward (Llama 3): ZeRO-2 semantics")
+        return 2
+    notes.append(note)
     return stage
 
 
@@ -309,10 +440,11 @@ def _interleaving_depths(row: dict[str, str], fw: str, num_layers: int, pp: int,
 
 
 def _recomputes(text: str, notes: list[str]) -> list[str]:
-    """The row's recompute, or none, selective and full in that order (the least that fits)."""
-    for kind in ("full", "selective", "none"):
-        if text.startswith(kind):
-            return [kind]
+    """The row's recompute (:func:`~codesign.validation.prose.read_recompute`), or none,
+    selective and full in that order (the least that fits)."""
+    kind = read_recompute(text)
+    if kind is not None:
+        return [kind]
     notes.append("recompute not stated: the least recompute that fits in HBM")
     return ["none", "selective", "full"]
 

@@ -1,0 +1,235 @@
+"""Reading the cells of a published-run row as their authors wrote them.
+
+Each reader is a table of ``(pattern, meaning)`` tried in order (first match wins), so a new
+phrasing is one line, and every reading returns a note that the validation report lists as an
+assumption. Framework vocabularies covered: Megatron-LM/Core and NeMo/Megatron-Bridge
+(``--use-distributed-optimizer``, ``DistributedFusedAdam``, "virtual pipeline"), DeepSpeed
+("ZeRO stage 2", "ZeRO-Infinity", "ZeRO-Offload"), PyTorch FSDP/torchtitan (``FULL_SHARD``,
+``SHARD_GRAD_OP``, ``HYBRID_SHARD``, ``reshard_after_forward``), MaxText/PaLM (batch in tokens),
+MLPerf and throughput reports ("~", "up to", ranges, units in the cell).
+
+Sources of the meanings: DeepSpeed ZeRO docs (deepspeed.readthedocs.io, "ZeRO": stage 1 shards
+optimizer states, 2 adds gradients, 3 adds parameters; ZeRO-Offload = stage 2 + CPU offload,
+ZeRO-Infinity = stage 3 + NVMe/CPU offload); PyTorch FSDP docs (``ShardingStrategy``:
+FULL_SHARD ~ ZeRO-3, SHARD_GRAD_OP ~ ZeRO-2, HYBRID_SHARD = FULL_SHARD within a node and
+replicas across nodes, NO_SHARD ~ DDP); Megatron-Core docs (distributed optimizer shards
+optimizer states and gradients' reduction = ZeRO-1 semantics, ``--use-distributed-optimizer``);
+NeMo (``MegatronDistributedFusedAdam`` / ``distributed_fused_adam`` = the distributed optimizer).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+#: qualifiers around a number: (pattern, note); the number itself is read as written
+_QUALIFIERS: tuple[tuple[str, str], ...] = (
+    (r"^(?:~|≈|∼|about|approximately|approx\.?|around|roughly|circa|ca\.|nearly|almost)\s*",
+     "approximate figure read as written"),
+    (r"^(?:up to|upto|max\.?|maximum|peak|as high as)\s*", "upper figure ('up to') read as "
+                                                            "the measured value"),
+    (r"^(?:>=|≥|>|at least|over|more than|above|exceeding)\s*", "lower bound read as the "
+                                                                "measured value"),
+    (r"^(?:<=|≤|<|under|less than|below|at most)\s*", "upper bound read as the measured value"),
+)
+_NUMBER = r"[0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?"
+_RANGE = re.compile(rf"^({_NUMBER})\s*(?:-|–|—|to|~)\s*({_NUMBER})(?![0-9])")
+_SINGLE = re.compile(rf"^({_NUMBER})")
+#: magnitude suffixes directly after a number
+_MAGNITUDE = {"k": 1e3, "K": 1e3, "M": 1e6, "m": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+
+#: time units to seconds; (pattern, factor), matched right after the number
+_TIME_UNITS: tuple[tuple[str, float], ...] = (
+    (r"^(?:ms|msec|millisecond)", 1e-3),
+    (r"^(?:us|µs|μs|usec|microsecond)", 1e-6),
+    (r"^(?:min|minute)", 60.0),
+    (r"^(?:h|hr|hour)\b", 3600.0),
+    (r"^(?:s|sec|second)", 1.0),
+)
+
+
+@dataclass(frozen=True)
+class Number:
+    """A number read from a cell, with what reading it took."""
+
+    value: float
+    rest: str  # the text after the number (units, qualifiers)
+    notes: tuple[str, ...] = ()
+
+
+def read_number(text: str) -> Number | None:
+    """The first number of a free-text cell: qualifiers ("~", "about", "up to", ">"), ranges
+    ("380-400" → 390, the midpoint) and magnitude suffixes ("4M" → 4e6, "1.5k") understood;
+    thousands separators ignored. ``None`` when the cell holds no number."""
+    s = text.strip().replace(",", "").replace("\u202f", "").replace("\u00a0", " ")
+    notes: list[str] = []
+    for pattern, note in _QUALIFIERS:
+        m = re.match(pattern, s, flags=re.IGNORECASE)
+        if m:
+            s = s[m.end():]
+            notes.append(note)
+            break
+    m = _RANGE.match(s)
+    if m:
+        lo, hi = float(m.group(1)), float(m.group(2))
+        if hi > lo:
+            notes.append(f"range {m.group(0).strip()} read as its midpoint {(lo + hi) / 2:g}")
+            return Number((lo + hi) / 2, s[m.end():].strip(), tuple(notes))
+    m = _SINGLE.match(s)
+    if not m:
+        return None
+    value, rest = float(m.group(1)), s[m.end():]
+    if rest[:1] in _MAGNITUDE and not rest[1:2].isalpha():
+        value *= _MAGNITUDE[rest[0]]
+        rest = rest[1:]
+    return Number(value, rest.strip(), tuple(notes))
+
+
+def read_seconds(text: str) -> Number | None:
+    """A duration in seconds: "1.2 s", "850 ms", "2.5 min", "~12 s/iter" (no unit: seconds)."""
+    n = read_number(text)
+    if n is None:
+        return None
+    for pattern, factor in _TIME_UNITS:
+        if re.match(pattern, n.rest, flags=re.IGNORECASE):
+            if factor != 1.0:
+                return Number(n.value * factor, n.rest,
+                              (*n.notes, f"'{text.strip()}' read as {n.value * factor:g} s"))
+            return n
+    return n
+
+
+# --- ZeRO / FSDP ---------------------------------------------------------------------------
+
+#: (pattern on the lower-cased cell, ZeRO stage, note); the first match wins. ``None`` as
+#: stage: "off" (the framework's no-sharding default applies)
+ZERO_PATTERNS: tuple[tuple[str, int | None, str], ...] = (
+    (r"zero[-_ ]?infinity", 3, "ZeRO-Infinity: ZeRO-3 (its CPU/NVMe offload is not modelled)"),
+    (r"zero[-_ ]?offload", 2, "ZeRO-Offload: ZeRO-2 (its CPU offload is not modelled)"),
+    (r"zero[-_ ]?\+\+|zero\+\+", 3, "ZeRO++: ZeRO-3 (its quantized collectives are not "
+                                     "modelled)"),
+    (r"zero[-_ ]?(?:stage|level)?[-_ =:]*([0-3])\b", -1, "ZeRO stage as stated"),
+    (r"\bstage[-_ =:]*([0-3])\b", -1, "ZeRO stage as stated"),
+    (r"distributed[-_ ]?optimi[sz]er|distributed[-_ ]?fused[-_ ]?adam|distributedfusedadam|"
+     r"dist[-_ ]?opt|zeroredundancyoptimizer|zero[-_ ]?redundancy|optimi[sz]er[-_ ]?(?:state[s]? )?"
+     r"shard|shard(?:ed|ing)[-_ ]optimi[sz]er", 1,
+     "distributed optimizer (optimizer states sharded over data-parallel ranks): ZeRO-1"),
+    (r"reshard[-_ ]?after[-_ ]?forward\s*[=:]?\s*(?:false|0|no)|not resharded|no reshard|"
+     r"keeps? param|params? not resharded", 2,
+     "FSDP keeping parameters after forward: ZeRO-2 semantics"),
+    (r"shard[-_ ]?grad[-_ ]?op", 2, "FSDP SHARD_GRAD_OP: ZeRO-2"),
+    (r"hybrid[-_ ]?shard|\bhsdp\b", 3, "FSDP HYBRID_SHARD: ZeRO-3 over the data-parallel group "
+                                       "(the replication across nodes is not modelled)"),
+    (r"no[-_ ]?shard|\bddp\b", None, "FSDP NO_SHARD / DDP: no sharding"),
+    (r"fsdp\s*[:=(]?\s*(?:0|off|no|false|disabled|none)\b", None, "FSDP off"),
+    (r"full[-_ ]?shard|fully[-_ ]?sharded|fsdp|zero[-_ ]?3|sharded data parallel", 3,
+     "FSDP FULL_SHARD: ZeRO-3"),
+    (r"^(?:0|none|off|no|false|disabled|n/?a)$", None, "no ZeRO/FSDP"),
+)
+
+
+def read_zero(text: str) -> tuple[int | None, str] | None:
+    """The ZeRO stage a ``zero_fsdp`` cell means, with the note; ``(None, note)`` when it says
+    sharding is off; ``None`` when it says nothing (empty, "not stated", "?")."""
+    z = text.strip().lower()
+    if not z or re.fullmatch(r"not stated|unknown|\?|-|n\.?s\.?", z):
+        return None
+    for pattern, stage, note in ZERO_PATTERNS:
+        m = re.search(pattern, z)
+        if m:
+            if stage == -1:
+                return int(m.group(1)), f"{note}: ZeRO-{m.group(1)}"
+            return stage, note
+    return None
+
+
+# --- switches, recompute, interleaving, precision -------------------------------------------
+
+_YES = r"yes|y|true|on|enabled?|used|1"
+_NO = r"no|n|false|off|disabled?|none|not used|0"
+
+
+def read_switch(text: str) -> bool | None:
+    """yes/no/on/off/true/false/enabled/disabled (possibly followed by details); ``None``
+    for an empty or "not stated" cell."""
+    t = text.strip().lower()
+    if re.match(rf"^(?:{_YES})\b", t):
+        return True
+    if re.match(rf"^(?:{_NO})\b", t):
+        return False
+    return None
+
+
+#: (pattern, recompute kind); first match wins
+RECOMPUTE_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"selective|attention[- ]core|core attention", "selective"),
+    (r"^(?:no|none|off|false|disabled|0)\b|(?:no|without) (?:\w+ )?(?:recompute|"
+     r"recomputation|checkpointing)", "none"),
+    (r"full|uniform|block|every layer|all layers|activation checkpointing|"
+     r"gradient checkpointing|checkpoint(?:ing)?|recompute|^yes|^on|^true", "full"),
+)
+
+
+def read_recompute(text: str) -> str | None:
+    """none / selective / full from a recompute cell ("full (uniform)", "activation
+    checkpointing every layer", "selective (attention core only)"); ``None`` if not stated."""
+    t = text.strip().lower()
+    if not t or "not stated" in t:
+        return None
+    for pattern, kind in RECOMPUTE_PATTERNS:
+        if re.search(pattern, t):
+            return kind
+    return None
+
+
+def read_interleave(text: str) -> tuple[int | None, bool]:
+    """``(depth, interleaved)`` from a vpp cell: "4", "vpp=5", "virtual pipeline 4",
+    "interleaved, 2 chunks" → depth; "interleaved (depth not stated)" → (None, True);
+    "1", "no", "none" → (1, False); empty → (None, False)."""
+    t = text.strip().lower()
+    m = re.search(r"(\d+)", t)
+    interleaved = bool(re.search(r"interleav|virtual|vpp|chunk", t))
+    if m and not re.search(r"not stated", t):
+        depth = int(m.group(1))
+        return depth, depth > 1
+    if re.match(rf"^(?:{_NO})\b", t):
+        return 1, False
+    return None, interleaved
+
+
+def read_precision(text: str) -> str:
+    """The GEMM dtype of a precision cell: FP8 in any spelling (FP8-CS, "fp8 hybrid",
+    "Transformer Engine FP8", MXFP8) → fp8; FP4/NVFP4 → fp8 (the finest precision the plan
+    takes); fp16 alone → fp16; else bf16."""
+    t = text.strip().lower()
+    if re.search(r"fp8|float8|e4m3|mxfp8|fp4|nvfp4|mxfp4", t):
+        return "fp8"
+    if re.search(r"fp16|float16|half", t) and not re.search(r"bf16|bfloat", t):
+        return "fp16"
+    return "bf16"
+
+
+def read_global_batch(text: str, seq_len: int) -> tuple[int, tuple[str, ...]] | None:
+    """Sequences per step from a batch cell: "1024", "1,536", "4M tokens" / "2097152 tokens"
+    (divided by ``seq_len``), "1024 x 2048" (sequences × length)."""
+    n = read_number(text)
+    if n is None or n.value <= 0:
+        return None
+    rest = n.rest.lower()
+    if re.match(r"^(?:tokens?|tok)\b", rest) or "token" in rest[:12]:
+        # "4M tokens": a power-of-two count written in M/K usually means 2^20/2^10
+        tokens = n.value
+        if tokens % seq_len:  # "4M tokens" of 2048-token sequences: M and K meant 2^20, 2^10
+            for dec, binary in ((1e6, 2**20), (1e3, 2**10)):
+                if tokens % dec == 0 and (tokens / dec * binary) % seq_len == 0:
+                    tokens = tokens / dec * binary
+                    break
+        seqs = round(tokens / seq_len)
+        return max(seqs, 1), (*n.notes, f"global batch '{text.strip()}' in tokens: "
+                                         f"{seqs} sequences of {seq_len}")
+    return round(n.value), n.notes
+
+
+__all__ = ["RECOMPUTE_PATTERNS", "ZERO_PATTERNS", "Number", "read_global_batch",
+           "read_interleave", "read_number", "read_precision", "read_recompute",
+           "read_seconds", "read_switch", "read_zero"]

@@ -1,0 +1,100 @@
+"""Row cells as their authors wrote them: every phrasing of tests/data/prose_phrasings.yaml
+(collected from papers, framework docs, MLPerf and model cards) and its reading."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from codesign.validation import prose
+
+DATA = yaml.safe_load((Path(__file__).parent / "data" / "prose_phrasings.yaml").read_text())
+
+
+def test_the_corpus_has_at_least_150_phrasings() -> None:
+    assert sum(len(v) for v in DATA.values()) >= 150
+
+
+@pytest.mark.parametrize(("text", "stage"), DATA["zero"])
+def test_zero(text: str, stage: int | None) -> None:
+    reading = prose.read_zero(text)
+    assert reading is not None, text
+    assert reading[0] == stage, (text, reading)
+    assert reading[1]  # every reading says what it assumed
+
+
+@pytest.mark.parametrize("text", DATA["zero_unstated"])
+def test_zero_unstated(text: str) -> None:
+    assert prose.read_zero(text) is None
+
+
+@pytest.mark.parametrize(("text", "value"), DATA["number"])
+def test_number(text: str, value: float) -> None:
+    n = prose.read_number(text)
+    assert n is not None and n.value == pytest.approx(value), text
+
+
+def test_qualified_numbers_say_so() -> None:
+    for text in ("~400", "up to 420", "> 400", "380-400"):
+        n = prose.read_number(text)
+        assert n is not None and n.notes, text
+    n = prose.read_number("400")
+    assert n is not None and n.notes == ()
+
+
+@pytest.mark.parametrize("text", DATA["number_none"])
+def test_no_number(text: str) -> None:
+    assert prose.read_number(text) is None
+
+
+@pytest.mark.parametrize(("text", "seconds"), DATA["seconds"])
+def test_seconds(text: str, seconds: float) -> None:
+    n = prose.read_seconds(text)
+    assert n is not None and n.value == pytest.approx(seconds), text
+
+
+@pytest.mark.parametrize(("text", "seqs"), DATA["batch"])
+def test_batch_at_2048(text: str, seqs: int) -> None:
+    got = prose.read_global_batch(text, 2048)
+    assert got is not None and got[0] == seqs, (text, got)
+    if "token" in text:
+        assert any("in tokens" in n for n in got[1])
+
+
+@pytest.mark.parametrize(("text", "seqs"), DATA["batch_4096"])
+def test_batch_at_4096(text: str, seqs: int) -> None:
+    got = prose.read_global_batch(text, 4096)
+    assert got is not None and got[0] == seqs, (text, got)
+
+
+@pytest.mark.parametrize(("text", "kind"), DATA["recompute"])
+def test_recompute(text: str, kind: str) -> None:
+    assert prose.read_recompute(text) == kind, text
+
+
+@pytest.mark.parametrize("text", DATA["recompute_unstated"])
+def test_recompute_unstated(text: str) -> None:
+    assert prose.read_recompute(text) is None
+
+
+@pytest.mark.parametrize(("text", "value"), DATA["switch"])
+def test_switch(text: str, value: bool) -> None:
+    assert prose.read_switch(text) is value, text
+
+
+@pytest.mark.parametrize("text", DATA["switch_unstated"])
+def test_switch_unstated(text: str) -> None:
+    assert prose.read_switch(text) is None
+
+
+@pytest.mark.parametrize(("text", "dtype"), DATA["precision"])
+def test_precision(text: str, dtype: str) -> None:
+    assert prose.read_precision(text) == dtype, text
+
+
+@pytest.mark.parametrize(("text", "want"), DATA["interleave"])
+def test_interleave(text: str, want: list[Any]) -> None:
+    assert list(prose.read_interleave(text)) == want, text
