@@ -107,6 +107,9 @@ def test_gpu_loads_and_cites_every_numeric_field(fname: str, data: dict[str, Any
 @pytest.mark.parametrize(("fname", "data"), GPU_ENTRIES, ids=_ids(GPU_ENTRIES))
 def test_fp8_is_twice_bf16(fname: str, data: dict[str, Any]) -> None:
     peaks = load_gpu(data["name"]).peak_tflops
+    if data["name"] == "gaudi3":  # Gaudi 3's MMEs run FP8 at the BF16 rate (white paper)
+        assert peaks["fp8"] == peaks["bf16"]
+        return
     if "fp8" in peaks:
         assert peaks["fp8"] == pytest.approx(2 * peaks["bf16"], rel=REL), fname
 

@@ -32,7 +32,9 @@ def _describe(kind: str, d: dict[str, Any]) -> str:
         mem = "DDR" if d.get("kind") == "cpu" else "HBM"
         return (f"{d.get('kind', 'gpu')}: bf16 {peaks.get('bf16', '?')} TFLOP/s, "
                 f"{d.get('hbm_capacity_GB')} GB {mem} at "
-                f"{d.get('hbm_bandwidth_TBps')} TB/s, system {d.get('default_topology')}")
+                f"{d.get('hbm_bandwidth_TBps')} TB/s, system {d.get('default_topology')}"
+                + (f"; efficiency assumed from {d['efficiency_from']}"
+                   if d.get("efficiency_from") else ""))
     if kind == "topologies":
         if d.get("kind") == "fullflat":
             return f"FullFlat, {d.get('bandwidth_GBps')} GB/s per GPU"

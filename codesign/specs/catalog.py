@@ -101,11 +101,39 @@ def _lookup_raw(kind: CatalogKind, ref: str) -> tuple[str, Any]:
     raise SpecError(f"unknown {_KIND_NOUN[kind]} '{ref}'; allowed: {allowed} (or a file path)")
 
 
+def derive_efficiency(data: Any, origin: str, seen: tuple[str, ...] = ()) -> Any:
+    """Raw GPU data with its ``efficiency`` block completed from ``efficiency_from``.
+
+    **The sibling rule.** A part nobody has measured takes the efficiency fractions of its
+    closest measured sibling: the same vendor and architecture (same SM/CU and tensor-core
+    design, same kernel libraries), else the nearest generation of that vendor, else the
+    nearest part of another vendor at a similar peak (stated as such in the entry). The
+    fractions are dimensionless (of the part's own datasheet peaks and bandwidth), so the
+    sibling's achieved throughput is rescaled by the part's own peaks, HBM bandwidth and
+    memory; fields the entry gives itself (cited measurements) override the sibling's. The
+    end-to-end ``sustained_fraction`` comes along: it is a property of the architecture's
+    clocks under the power limit and of the software, fitted on the sibling's published runs.
+    Raises :class:`SpecError` for an unknown sibling or a cycle.
+    """
+    if not isinstance(data, dict) or not data.get("efficiency_from"):
+        return data
+    ref = str(data["efficiency_from"])
+    if ref in seen:
+        raise SpecError(f"{origin}: GpuSpec.efficiency_from: cycle {' -> '.join((*seen, ref))}")
+    sib_origin, sibling = _lookup_raw("hardware", ref)
+    sibling = derive_efficiency(sibling, sib_origin, (*seen, ref))
+    own = data.get("efficiency") or {}
+    if not isinstance(own, dict) or not isinstance(sibling.get("efficiency"), dict):
+        return data
+    return {**data, "efficiency": {**sibling["efficiency"], **own}}
+
+
 @lru_cache(maxsize=256)
 def load_gpu(ref: str) -> GpuSpec:
-    """A GPU by catalog name/alias (``h100``) or YAML path."""
+    """A GPU by catalog name/alias (``h100``) or YAML path (an ``efficiency_from`` sibling
+    completes its efficiency block, :func:`derive_efficiency`)."""
     origin, data = _lookup_raw("hardware", ref)
-    gpu = GpuSpec.parse(data, origin)
+    gpu = GpuSpec.parse(derive_efficiency(data, origin), origin)
     if gpu.measured is not None:  # make table paths absolute: the spec is self-contained
         base = gpu_base_dir(ref)
         files = {k: (str((base / v).resolve()) if base is not None and v

@@ -95,6 +95,11 @@ class GpuSpec(Spec):
     price_usd_per_hour: float | None = Field(
         default=None, gt=0, description="cloud rental price per GPU, USD/hour (cite it)")
     efficiency: ComputeEfficiency
+    efficiency_from: str | None = Field(
+        default=None,
+        description="catalog GPU whose measured efficiency fractions this part takes (the "
+                    "sibling rule, codesign.specs.catalog.derive_efficiency); None = measured "
+                    "for this part")
     sources: dict[str, str] = Field(default_factory=dict, description="field -> citation")
     measured: MeasuredTables | None = Field(
         default=None, description="measured kernel tables interpolated before the roofline"

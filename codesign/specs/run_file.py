@@ -25,6 +25,7 @@ from pydantic import Field, StrictInt, ValidationError, field_validator, model_v
 from codesign.errors import SpecError
 from codesign.specs.base import Spec, format_validation_error
 from codesign.specs.catalog import (
+    derive_efficiency,
     load_gpu,
     load_model,
     load_topology,
@@ -108,7 +109,9 @@ def load_entry(kind: str, ref: EntryRef, origin: str = "") -> ModelSpec | GpuSpe
     if kind == "model":
         return ModelSpec.parse(ref, origin or kind) if isinstance(ref, dict) else load_model(ref)
     if kind == "gpu":
-        return GpuSpec.parse(ref, origin or kind) if isinstance(ref, dict) else load_gpu(ref)
+        if isinstance(ref, dict):
+            return GpuSpec.parse(derive_efficiency(ref, origin or kind), origin or kind)
+        return load_gpu(ref)
     return parse_topology(ref, origin or kind) if isinstance(ref, dict) else load_topology(ref)
 
 
