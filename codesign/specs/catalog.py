@@ -7,7 +7,7 @@ and are installed as package data (``codesign.catalogs.*``), so lookups work fro
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -20,6 +20,7 @@ from codesign.errors import SpecError
 from codesign.specs.base import Spec, format_validation_error
 from codesign.specs.gpu import GpuSpec
 from codesign.specs.model import ModelSpec
+from codesign.specs.names import Resolved, closest, resolve_gpu, resolve_model
 from codesign.specs.topology import FullFlatTopology, TopologySpec, TwoTierTopology
 
 CatalogKind = Literal["hardware", "topologies", "workloads"]
@@ -90,15 +91,47 @@ _KIND_NOUN = {"hardware": "gpu", "topologies": "topology", "workloads": "model"}
 
 
 def _lookup_raw(kind: CatalogKind, ref: str) -> tuple[str, Any]:
-    """A catalog entry by name/alias, else a file by path."""
+    """A catalog entry by name/alias, else a file by path, else (GPUs and models) by the name
+    resolver (:mod:`codesign.specs.names`), whose error lists the closest names."""
     hit = _catalog_index(kind).get(_normalize(ref))
     if hit is not None:
         return f"{kind}/{hit[0]}", hit[1]
-    path = Path(ref)
-    if path.is_file() or ref.endswith((".yaml", ".yml", ".json")):
-        return str(path), read_data_file(path)
+    if len(ref) < 256 and (ref.endswith((".yaml", ".yml", ".json")) or _is_file(ref)):
+        return ref, read_data_file(Path(ref))
+    if kind in ("hardware", "workloads"):
+        name = resolve_name(kind, ref)[0]
+        fname, data = _catalog_index(kind)[_normalize(name)]
+        return f"{kind}/{fname}", data
     allowed = ", ".join(catalog_names(kind))
-    raise SpecError(f"unknown {_KIND_NOUN[kind]} '{ref}'; allowed: {allowed} (or a file path)")
+    raise SpecError(f"unknown {_KIND_NOUN[kind]} '{ref}'; allowed: {allowed} (or a file "
+                    f"path){closest(ref, catalog_names(kind))}")
+
+
+def _is_file(ref: str) -> bool:
+    try:
+        return Path(ref).is_file()
+    except OSError:  # a name too long or otherwise not a path
+        return False
+
+
+@lru_cache(maxsize=1024)
+def resolve_name(kind: CatalogKind, ref: str) -> tuple[str, tuple[str, ...]]:
+    """The catalog name a written GPU or model name means, with the reading's notes."""
+    if kind == "hardware":
+        r = resolve_gpu(ref, catalog_entries("hardware"), _raw_hit("hardware"))
+        return r.gpu, r.notes
+    return resolve_model(ref, catalog_entries("workloads"))
+
+
+def _raw_hit(kind: CatalogKind) -> Callable[[str], Any | None]:
+    index = _catalog_index(kind)
+    return lambda name: (index.get(_normalize(name)) or (None, None))[1]
+
+
+def resolve_system(text: str) -> Resolved:
+    """The GPU (and, when the text names a system or cloud instance, the topology) a hardware
+    description means: "H100-SXM5-80GB (DGX-H100)", "GB200 NVL72", "p4d.24xlarge"."""
+    return resolve_gpu(text, catalog_entries("hardware"), _raw_hit("hardware"))
 
 
 def derive_efficiency(data: Any, origin: str, seen: tuple[str, ...] = ()) -> Any:

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from codesign.errors import SpecError
-from codesign.specs.catalog import load_gpu, load_model, load_topology
+from codesign.specs.catalog import load_gpu, load_model, load_topology, resolve_system
 from codesign.specs.gpu import GpuSpec
 from codesign.specs.inference import InferencePlan
 from codesign.specs.model import ModelSpec, MoESpec
@@ -258,11 +258,14 @@ def map_row(row: dict[str, str]) -> InferenceCase:
     metric, value = metric_of(row, mode)
     model = model_of(row, notes)
     try:
-        gpu = load_gpu(row["gpu_type"])
+        found = resolve_system(row["gpu_type"])
+        gpu = load_gpu(found.gpu)
     except SpecError as exc:
-        raise Unsupported(str(exc)) from None
-    topo = load_topology(gpu.default_topology)
-    notes.append(f"system: {topo.name} (the GPU's standard system)")
+        raise Unsupported(f"gpu_type {row['gpu_type']!r}: {exc}") from None
+    notes.extend(found.notes)
+    topo = load_topology(found.topology or gpu.default_topology)
+    notes.append(f"system: {topo.name}" + ("" if found.topology else " (the GPU's standard "
+                                                                       "system)"))
     tp, pp = int_cell(row, "tp") or 1, int_cell(row, "pp") or 1
     ep = int_cell(row, "ep") or 1
     if model.moe is not None and not row.get("ep", "").strip():

@@ -32,7 +32,7 @@ from typing import Any
 
 from codesign.errors import InfeasiblePlan, SpecError
 from codesign.search.choose import choose_plan
-from codesign.specs.catalog import load_gpu, load_model, load_topology
+from codesign.specs.catalog import load_gpu, load_model, load_topology, resolve_system
 from codesign.specs.gpu import GpuSpec
 from codesign.specs.model import ModelSpec, MoESpec
 from codesign.specs.parallel import ParallelismSpec
@@ -248,10 +248,12 @@ def _stated(row: dict[str, str], col: str) -> int | None:
 def gpu_and_topology_of(row: dict[str, str], notes: list[str]) -> tuple[GpuSpec, Any]:
     """The row's GPU and its system (the one place a row's hardware is read)."""
     try:
-        gpu = load_gpu(row["gpu_type"])
+        found = resolve_system(row["gpu_type"])
+        gpu = load_gpu(found.gpu)
     except SpecError as exc:
         raise Unsupported(f"gpu_type {row['gpu_type']!r}: {exc}") from None
-    return gpu, load_topology(topology_of(row, gpu.default_topology, notes))
+    notes.extend(found.notes)
+    return gpu, load_topology(topology_of(row, found.topology or gpu.default_topology, notes))
 
 
 def map_row(row: dict[str, str]) -> MappedCase:

@@ -1,0 +1,253 @@
+"""One resolver for the names people write for GPUs, systems and models.
+
+A name that is a catalog entry's name or alias (case, spaces and underscores free) resolves to
+it directly. Otherwise it is read structurally:
+
+* **GPUs and systems** ("NVIDIA H100-SXM5-80GB (DGX-H100)", "A100 40GB PCIe", "GB200 NVL72
+  rack", "AMD Instinct MI300X OAM", "Intel Gaudi 3", "p4d.24xlarge"): vendor words, power
+  ("700W") and memory type ("HBM3") are dropped; the part is the catalog GPU whose *family*
+  (its name without form factor and memory, e.g. ``h100`` for ``h100-sxm``) is a token of the
+  text, or two adjacent tokens joined ("Gaudi 3" -> ``gaudi3``); a stated memory size picks
+  among parts of one family (A100 40GB vs 80GB) and must match the part; a form factor the
+  catalog does not hold (PCIe, "H100 NVL") is an error, never a silent stand-in. A system word
+  (DGX, HGX, NVL72, SuperPOD, rack, node) or a cloud instance name (:data:`INSTANCES`) also
+  names the system: the GPU's usual topology, or the instance's own.
+* **Models** ("Meta-Llama-3.1-405B", "LLaMA 2 70B", "GPT-3 175B", "Mixtral 8x7B",
+  "DeepSeek-V3 (671B)"): family words, major version and parameter count must all agree with
+  a catalog model (its name's size, or ``published_params_B``, within 5%).
+
+An unknown or ambiguous name is a :class:`SpecError` that lists the closest catalog names.
+Every structural reading is returned as a note (an assumption the caller reports).
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from codesign.errors import SpecError
+
+#: words that carry no identity of a part
+_NOISE = {"nvidia", "amd", "intel", "habana", "google", "cloud", "tesla", "instinct",
+          "tensor", "core", "gpu", "gpus", "accelerator", "accelerators", "ai", "the", "with",
+          "per", "x", "and", "of", "card", "module", "chip", "chips", "a", "hbm", "hbm2",
+          "hbm2e", "hbm3", "hbm3e", "superchip", "platform", "baseboard", "board", "air",
+          "liquid", "cooled", "edition", "datacenter", "data", "center"}
+#: form factors the catalog's parts are (SXM / OAM modules); others are refused
+_OWN_FORMS = {"sxm", "sxm2", "sxm3", "sxm4", "sxm5", "sxm6", "oam", "mezzanine"}
+_OTHER_FORMS = {"pcie", "nvl", "nvl2", "pci"}
+#: words that name a system (the GPU's usual topology) rather than a bare part
+_SYSTEM = re.compile(r"^(?:dgx|hgx|mgx|nvl\d+|superpod|pod|rack|node|nodes|cluster|server|"
+                     r"system|ultracluster|eos|selene|hls\d*)$")
+
+#: cloud instance names -> (catalog GPU, catalog topology or None = the GPU's usual system);
+#: sources: AWS EC2 accelerated-computing instance pages (P4d/P4de: 8x A100 40/80 GB with
+#: 400 Gb/s EFA; P5: 8x H100 with 3,200 Gb/s EFA; P5e/P5en: 8x H200; P6-B200: 8x B200),
+#: Azure ND-series docs (ND A100 v4: 8x A100 40 GB; NDm A100 v4: 80 GB; ND H100 v5; ND H200
+#: v5; ND MI300X v5), Google Cloud GPU machine types (a2-highgpu: A100 40 GB, a2-ultragpu:
+#: A100 80 GB, a3-highgpu/megagpu/edgegpu: H100, a3-ultragpu: H200, a4-highgpu: B200,
+#: a4x: GB200)
+INSTANCES: tuple[tuple[str, str, str | None], ...] = (
+    (r"\bp4de\b", "a100-80gb", "aws-p4d"),
+    (r"\bp4d\b", "a100-40gb", "aws-p4d"),
+    (r"\bp5en?\b", "h200", None),
+    (r"\bp5\b", "h100-sxm", None),
+    (r"\bp6\s*b200\b", "b200", None),
+    (r"\bndm\s*a100\s*v4\b|\bnd96amsr\s*(?:a100\s*)?v4\b", "a100-80gb", None),
+    (r"\bnd\s*a100\s*v4\b|\bnd96asr\s*(?:a100\s*)?v4\b", "a100-40gb", None),
+    (r"\bnd\w*\s*h100\s*v5\b", "h100-sxm", None),
+    (r"\bnd\w*\s*h200\s*v5\b", "h200", None),
+    (r"\bnd\w*\s*mi300x\s*v5\b", "mi300x", None),
+    (r"\ba2\s*ultragpu\b", "a100-80gb", None),
+    (r"\ba2\s*highgpu\b|\ba2\s*megagpu\b", "a100-40gb", None),
+    (r"\ba3\s*ultragpu\b", "h200", None),
+    (r"\ba3\s*(?:highgpu|megagpu|edgegpu)\b", "h100-sxm", None),
+    (r"\ba4x\b", "gb200", None),
+    (r"\ba4\s*highgpu\b", "b200", None),
+)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A GPU (and the system, when the text names one) read from a name."""
+
+    gpu: str
+    topology: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+def normalize(name: str) -> str:
+    """Case, spaces and underscores free: ``"H100 SXM"`` -> ``"h100-sxm"``."""
+    return name.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def _tokens(text: str) -> list[str]:
+    """Lower-case alphanumeric tokens; "80GB" stays one token, "NVL72" too."""
+    t = text.lower().replace("µ", "u")
+    t = re.sub(r"(\d)\s+(gb|gib|tb)\b", r"\1\2", t)  # "80 GB" -> "80gb"
+    return [w for w in re.split(r"[^a-z0-9.]+", t) if w and w != "."]
+
+
+def _memory_gb(tokens: list[str]) -> float | None:
+    for w in tokens:
+        m = re.fullmatch(r"(\d+(?:\.\d+)?)(gb|gib|g)", w)
+        if m:
+            return float(m.group(1))
+    return None
+
+
+def _family(entry: dict[str, Any]) -> str:
+    """A catalog GPU's family key: its name without form factor and memory tokens."""
+    words = [w for w in _tokens(str(entry.get("name", "")))
+             if w not in _OWN_FORMS and not re.fullmatch(r"\d+gb", w)]
+    return "".join(words)
+
+
+def closest(ref: str, names: list[str]) -> str:
+    """'; closest: a, b, c' for an error message (empty when nothing is close)."""
+    near = difflib.get_close_matches(normalize(ref), [normalize(n) for n in names], n=3,
+                                     cutoff=0.4)
+    return f"; closest: {', '.join(near)}" if near else ""
+
+
+def _gpu_families(entries: list[tuple[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    fams: dict[str, list[dict[str, Any]]] = {}
+    for _, data in entries:
+        fams.setdefault(_family(data), []).append(data)
+    return fams
+
+
+def resolve_gpu(text: str, entries: list[tuple[str, Any]],
+                index: Callable[[str], Any | None]) -> Resolved:
+    """The catalog GPU (and system) ``text`` names; see the module docstring.
+
+    ``entries``: (file name, raw data) of the GPU catalog; ``index(name)``: the raw entry a
+    name or alias maps to, or ``None``. Raises :class:`SpecError` listing close names."""
+    names = [str(d.get("name")) for _, d in entries]
+    hit = index(text)
+    if hit is not None:
+        return Resolved(str(hit["name"]))
+    low = re.sub(r"[-_./]+", " ", text.lower())
+    for pattern, gpu, topo in INSTANCES:
+        if re.search(pattern, low):
+            return Resolved(gpu, topo, (f"'{text}' read as the cloud instance of {gpu}"
+                                        + (f" on {topo}" if topo else "")
+                                        + " (codesign.specs.names.INSTANCES)",))
+    tokens = _tokens(text)
+    families = _gpu_families(entries)
+    candidates = set(tokens) | {a + b for a, b in itertools.pairwise(tokens)}
+    found = [f for f in families if f in candidates]
+    if not found:
+        raise SpecError(f"unknown gpu '{text}': no catalog part named in it"
+                        f"{closest(text, names)}; allowed: {', '.join(names)} (or a file path)")
+    family = max(found, key=len)  # "gb200" over "b200" cannot both be tokens; longest wins
+    forms = [w for w in tokens if w in _OTHER_FORMS]
+    if forms:
+        raise SpecError(f"gpu '{text}': the {forms[0].upper()} form factor of {family} is not "
+                        f"in the catalog (its {family} entries are SXM/OAM modules, whose "
+                        f"peaks and power differ){closest(text, names)}")
+    parts = families[family]
+    notes: list[str] = []
+    mem = _memory_gb(tokens)
+    system = next((w for w in tokens if _SYSTEM.match(w)), None)
+    if mem is not None:
+        fits = [p for p in parts if abs(float(p.get("hbm_capacity_GB", 0)) - mem) <= 0.1 * mem]
+        if not fits and system is not None:  # "DGX A100 320GB": the memory of 8 GPUs
+            fits = [p for p in parts
+                    if abs(8 * float(p.get("hbm_capacity_GB", 0)) - mem) <= 0.1 * mem]
+            if fits:
+                notes.append(f"{mem:g} GB read as the memory of the 8-GPU {system}")
+        if not fits:
+            caps = ", ".join(f"{p['name']} {p.get('hbm_capacity_GB')} GB" for p in parts)
+            raise SpecError(f"gpu '{text}': {mem:g} GB does not match the catalog's {family} "
+                            f"({caps})")
+        parts = fits
+    if len(parts) > 1:
+        default = index(family)
+        if default is None:
+            raise SpecError(f"gpu '{text}' is ambiguous: "
+                            f"{', '.join(str(p['name']) for p in parts)}; state the memory size")
+        parts = [default]
+        notes.append(f"memory size not stated: {default['name']}")
+    gpu = str(parts[0]["name"])
+    notes.insert(0, f"'{text}' read as {gpu}")
+    topo = str(parts[0].get("default_topology")) if system else None
+    if topo:
+        notes.append(f"system '{system}' in the name: {gpu}'s usual system {topo}")
+    return Resolved(gpu, topo, tuple(notes))
+
+
+# --- models ---------------------------------------------------------------------------------
+
+_ORG = re.compile(r"^(?:meta-llama/|mistralai/|deepseek-ai/|qwen/|tiiuae/|openai/|google/|"
+                  r"eleutherai/|nvidia/)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class _ModelKey:
+    family: str
+    version: str | None
+    size_b: float | None
+
+
+def _size_b(word: str) -> float | None:
+    m = re.fullmatch(r"(?:(\d+)x)?(\d+(?:\.\d+)?)([bmt])", word)
+    if not m:
+        return None
+    value = float(m.group(2)) * {"b": 1.0, "m": 1e-3, "t": 1e3}[m.group(3)]
+    return value * int(m.group(1)) if m.group(1) else value
+
+
+def model_key(text: str) -> _ModelKey:
+    """Family words, major version and size (billions) of a model name."""
+    t = _ORG.sub("", text.strip()).lower()
+    t = re.sub(r"^meta[-_ ]+", "", t)
+    words = [w for w in re.split(r"[^a-z0-9.]+", t) if w]
+    split: list[str] = []
+    for w in words:  # "llama3" -> llama, 3; "v3" -> v, 3; keep "8x7b", "175b", "1.8t"
+        if _size_b(w) is not None:
+            split.append(w)
+        else:
+            split += re.findall(r"[a-z]+|\d+(?:\.\d+)?", w)
+    family, version, size = "", None, None
+    i = 0
+    while i < len(split) and split[i].isalpha():
+        family += split[i]
+        i += 1
+    if i < len(split) and re.fullmatch(r"\d+(?:\.\d+)?", split[i]):
+        version = split[i].split(".")[0]
+        i += 1
+    for w in split[i:]:
+        s = _size_b(w)
+        if s is not None:
+            size = s
+            break
+    return _ModelKey(family, version, size)
+
+
+def resolve_model(text: str, entries: list[tuple[str, Any]]) -> tuple[str, tuple[str, ...]]:
+    """The catalog model ``text`` names (family, major version and size all agree); raises
+    :class:`SpecError` listing close names."""
+    want = model_key(text)
+    names = [str(d.get("name")) for _, d in entries]
+    same = [d for _, d in entries if want.family
+            and model_key(str(d.get("name", ""))).family == want.family
+            and model_key(str(d.get("name", ""))).version == want.version]
+    if want.size_b is None:  # "DeepSeek-V3": the family and version alone, when unique
+        hits = same if len(same) == 1 else []
+    else:
+        hits = [d for d in same
+                if (size := model_key(str(d["name"])).size_b or d.get("published_params_B"))
+                is not None and abs(float(size) - want.size_b) <= 0.05 * want.size_b]
+    if len(hits) == 1:
+        return str(hits[0]["name"]), (f"model '{text}' read as {hits[0]['name']}",)
+    raise SpecError(f"unknown model '{text}'{closest(text, names)}; allowed: "
+                    f"{', '.join(names)} (or a file path)")
+
+
+__all__ = ["INSTANCES", "Resolved", "closest", "model_key", "normalize", "resolve_gpu",
+           "resolve_model"]
