@@ -24,6 +24,10 @@ PARTS = {
     "mi355x": ("mi300x", 2516.6, 5033.2, 288, 8.0, "AMD Instinct MI355X datasheet"),
     "mi250x": ("mi300x", 191.5, None, 64, 1.6384, "AMD Instinct MI250X datasheet, per GCD"),
     "gaudi3": ("h100-sxm", 1835.0, 1835.0, 128, 3.7, "Intel Gaudi 3 white paper"),
+    "tpu-v4": ("a100-80gb", 275.0, None, 34.4, 1.2, "Google Cloud TPU v4 docs (32 GiB)"),
+    "tpu-v5p": ("a100-80gb", 459.0, None, 102.0, 2.765, "Google Cloud TPU v5p docs (95 GiB)"),
+    "tpu-v5e": ("a100-80gb", 197.0, None, 17.2, 0.819, "Google Cloud TPU v5e docs (16 GiB)"),
+    "tpu-v6e": ("h100-sxm", 918.0, None, 34.4, 1.64, "Google Cloud TPU v6e docs (32 GiB)"),
 }
 
 
@@ -58,7 +62,7 @@ def test_an_entry_overrides_single_sibling_fields(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", sorted(PARTS))
 def test_each_part_simulates_on_two_nodes(name: str) -> None:
-    r = simulate(model="llama3-8b", gpu=name, num_gpus=16, tp=1, pp=1, zero_stage=3,
+    r = simulate(model="llama3-8b", gpu=name, num_gpus=16, tp=4, pp=1, zero_stage=3,
                  recompute="full", global_batch_size=64, micro_batch_size=1)
     assert r.feasible, r.reason
     assert r.mfu is not None and 0.05 < r.mfu < 0.8

@@ -457,7 +457,7 @@ def test_every_listed_gpu_simulates(capsys: pytest.CaptureFixture[str]) -> None:
     """Each catalog GPU runs a small plan on its default system from the CLI."""
     for gpu in catalog_names("hardware"):
         code, d, err = run_json(capsys, "simulate", "--model", "llama3-8b", "--gpu", gpu,
-                                "--gpus", "16", "--tp", "2", "--global-batch", "32",
-                                "--recompute", "full", "--zero", "1")  # fits 40 GB parts
+                                "--gpus", "16", "--tp", "4", "--global-batch", "32",
+                                "--recompute", "full", "--zero", "3")  # fits 16 GB parts
         assert code == 0, (gpu, err)
         check_consistent(d)

@@ -68,6 +68,12 @@ INSTANCES: tuple[tuple[str, str, str | None], ...] = (
     (r"\ba3\s*(?:highgpu|megagpu|edgegpu)\b", "h100-sxm", None),
     (r"\ba4x\b", "gb200", None),
     (r"\ba4\s*highgpu\b", "b200", None),
+    # Cloud TPU accelerator types / slice names (Google Cloud TPU docs: v4-4096, v5p-8192,
+    # v5litepod-256, v6e-256; a slice of N cores or chips of that generation)
+    (r"\bv5litepod\b|\bv5e\b", "tpu-v5e", None),
+    (r"\bv5p\b", "tpu-v5p", None),
+    (r"\bv6e\b|\btrillium\b", "tpu-v6e", None),
+    (r"\btpu\s*v4\b|\bv4\s+\d{2,}\b", "tpu-v4", None),
 )
 
 
