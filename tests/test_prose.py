@@ -98,3 +98,9 @@ def test_precision(text: str, dtype: str) -> None:
 @pytest.mark.parametrize(("text", "want"), DATA["interleave"])
 def test_interleave(text: str, want: list[Any]) -> None:
     assert list(prose.read_interleave(text)) == want, text
+
+
+@pytest.mark.parametrize(("text", "gbps"), DATA["network"])
+def test_network(text: str, gbps: float | None) -> None:
+    got = prose.read_nic_gbps(text, 8)
+    assert (got[0] if got else None) == gbps, text

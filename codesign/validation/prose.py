@@ -230,6 +230,51 @@ def read_global_batch(text: str, seq_len: int) -> tuple[int, tuple[str, ...]] | 
     return round(n.value), n.notes
 
 
-__all__ = ["RECOMPUTE_PATTERNS", "ZERO_PATTERNS", "Number", "read_global_batch",
-           "read_interleave", "read_number", "read_precision", "read_recompute",
-           "read_seconds", "read_switch", "read_zero"]
+# --- the scale-out network ------------------------------------------------------------------
+
+#: (pattern, scope) for a NIC rate in a network cell; scope: "count" (``N x R`` per node),
+#: "gpu" (R per GPU) or "node" (R per node / server / host / instance); first match wins
+NIC_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"(\d+)\s*[x×]\s*(\d+(?:\.\d+)?)\s*(g|t)(?:b|bit)?(?:/s|ps)?", "count"),
+    (r"(\d+(?:\.\d+)?)\s*(g|t)(?:b|bit)?(?:/s|ps)?\s*(?:\w+\s+){0,2}(?:per|/|each)\s*"
+     r"(?:gpu|accelerator|chip|device)", "gpu"),
+    (r"(\d+(?:\.\d+)?)\s*(g|t)(?:b|bit)?(?:/s|ps)?\s*(?:\w+\s+){0,2}(?:per|/|each)?\s*"
+     r"(?:node|server|host|instance|node-to-node)", "node"),
+    (r"(\d+(?:\.\d+)?)\s*(g|t)(?:b|bit)?(?:/s|ps)?\s*(?:efa|infiniband|roce|ib)\b", "node"),
+)
+
+
+_IB_RATE = {"edr": "100", "hdr": "200", "ndr": "400", "xdr": "800"}
+
+
+def read_nic_gbps(text: str, gpus_per_node: int) -> tuple[float, str] | None:
+    """Scale-out bandwidth per GPU (Gb/s) a network cell states, with the note: "8x 200Gb/s
+    HDR InfiniBand per node" -> 200 at 8 GPUs per node; "RoCE 400Gb/s per GPU" -> 400;
+    "1600 Gbps node-to-node RoCE" -> 200; "3200 Gbps EFA" -> 400. ``None`` when the cell says
+    it is not stated or gives no rate. Storage NICs ("+2 storage HCAs") are not counted."""
+    t = text.strip().lower()
+    if not t or "not stated" in t or gpus_per_node < 1:
+        return None
+    # InfiniBand generations name their rate: EDR 100, HDR 200, NDR 400, XDR 800 Gb/s
+    t = re.sub(r"\b(edr|hdr|ndr|xdr)\s*(\d{3})?\b",
+               lambda m: f"{m.group(2) or _IB_RATE[m.group(1)]}g ", t)
+    for pattern, scope in NIC_PATTERNS:
+        m = re.search(pattern, t)
+        if not m:
+            continue
+        if scope == "count":
+            count, rate, unit = int(m.group(1)), float(m.group(2)), m.group(3)
+            per_node = count * rate * (1000.0 if unit == "t" else 1.0)
+            return per_node / gpus_per_node, (f"network '{m.group(0)}' per node: "
+                                              f"{per_node / gpus_per_node:g} Gb/s per GPU")
+        rate = float(m.group(1)) * (1000.0 if m.group(2) == "t" else 1.0)
+        if scope == "gpu":
+            return rate, f"network '{m.group(0)}': {rate:g} Gb/s per GPU"
+        return rate / gpus_per_node, (f"network '{m.group(0)}' per node: "
+                                      f"{rate / gpus_per_node:g} Gb/s per GPU")
+    return None
+
+
+__all__ = ["NIC_PATTERNS", "RECOMPUTE_PATTERNS", "ZERO_PATTERNS", "Number", "read_global_batch",
+           "read_interleave", "read_nic_gbps", "read_number", "read_precision",
+           "read_recompute", "read_seconds", "read_switch", "read_zero"]

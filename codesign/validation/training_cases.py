@@ -42,6 +42,7 @@ from codesign.validation.csvrows import read_rows as _read_rows
 from codesign.validation.prose import (
     read_global_batch,
     read_interleave,
+    read_nic_gbps,
     read_number,
     read_precision,
     read_recompute,
@@ -253,7 +254,23 @@ def gpu_and_topology_of(row: dict[str, str], notes: list[str]) -> tuple[GpuSpec,
     except SpecError as exc:
         raise Unsupported(f"gpu_type {row['gpu_type']!r}: {exc}") from None
     notes.extend(found.notes)
-    return gpu, load_topology(topology_of(row, found.topology or gpu.default_topology, notes))
+    topo = load_topology(topology_of(row, found.topology or gpu.default_topology, notes))
+    return gpu, with_stated_nic(topo, row, notes)
+
+
+def with_stated_nic(topo: Any, row: dict[str, str], notes: list[str]) -> Any:
+    """``topo`` with the scale-out NIC rate per GPU the row's ``inter_node_network`` states
+    (:func:`~codesign.validation.prose.read_nic_gbps`), when it differs from the system's."""
+    per_node = int_cell(row, "gpus_per_node") or getattr(
+        getattr(topo, "scale_up", None), "domain_size", 8)
+    stated = read_nic_gbps(row.get("inter_node_network", ""), min(per_node, 8))
+    out = getattr(topo, "scale_out", None)
+    if stated is None or out is None or abs(stated[0] - out.nic_bandwidth_Gbps) \
+            <= 0.01 * out.nic_bandwidth_Gbps:
+        return topo
+    notes.append(f"{stated[1]} (the {topo.name} system has {out.nic_bandwidth_Gbps:g})")
+    return topo.model_copy(update={"scale_out": out.model_copy(
+        update={"nic_bandwidth_Gbps": stated[0]})})
 
 
 def map_row(row: dict[str, str]) -> MappedCase:
