@@ -187,6 +187,10 @@ def simulate_expanded(run: TrainingRun, *, stragglers: Sequence[tuple[int, float
     if not rep.feasible or sim.graph is None or sim.compute is None or sim.network is None \
             or sim.step is None:
         return ExpandedSimulation(rep, {})
+    if sim.network.folded:
+        raise SpecError("the per-rank engine (--expand) does not run MoE parallel folding yet "
+                        f"(ep {run.parallel.ep} does not divide dp {run.dp}); simulate without "
+                        "--expand, or choose an ep that divides dp")
     computes = [sim.compute]
     gpu2, pert = inputs.mix_gpu, inputs.perturbations
     if gpu2 is not None:

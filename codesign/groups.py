@@ -38,11 +38,30 @@ class Degrees(NamedTuple):
     dp: int
     pp: int
     world: int
+    etp: int = 0  # expert tensor parallel; 0 = tp
+
+
+def folded(d: Degrees) -> bool:
+    """Whether the expert grid is folded over TP×CP×DP (``ep`` does not divide ``dp``):
+    Megatron-Core's MoE parallel folding (Liu et al. 2025, arXiv 2504.14960) forms the
+    expert-parallel groups from the ranks of a pipeline stage in the order expert-TP
+    (innermost), EP, expert-DP, independently of the dense TP/CP/DP groups."""
+    return d.dp % d.ep != 0
 
 
 def _edp(d: Degrees) -> int:
-    """Replicas of one expert shard: ``dp // ep`` (1 when ``ep`` does not divide ``dp``)."""
-    return d.dp // d.ep if d.dp % d.ep == 0 else 1
+    """Replicas of one expert shard: ``dp // ep``; folded, ``tp·dp / (ep·etp)``."""
+    if folded(d):
+        return max(d.tp * d.dp // (d.ep * (d.etp or d.tp)), 1)
+    return d.dp // d.ep
+
+
+def _edp_cp(d: Degrees) -> int:
+    """Expert data parallel × context parallel: ``dp // ep · cp``; folded, the whole expert-DP
+    group of the stage, ``tp·cp·dp / (ep·etp)``."""
+    if folded(d):
+        return max(d.tp * d.cp * d.dp // (d.ep * (d.etp or d.tp)), 1)
+    return d.dp // d.ep * d.cp
 
 
 @dataclass(frozen=True)
@@ -66,8 +85,7 @@ GROUPS: tuple[Group, ...] = (
     Group("dp_cp", ("cp", "ep", "dp"), "dp", lambda d: d.dp * d.cp,
           "dense gradients when context parallelism is on"),
     Group("edp", ("dp",), "dp", _edp, "expert data parallel: replicas of one expert shard"),
-    Group("edp_cp", ("cp", "dp"), "dp", lambda d: _edp(d) * d.cp if d.dp % d.ep == 0 else 1,
-          "expert data parallel × context parallel"),
+    Group("edp_cp", ("cp", "dp"), "dp", _edp_cp, "expert data parallel × context parallel"),
     Group("pp", ("pp",), "pp", lambda d: d.pp, "pipeline neighbours"),
     Group("world", PLACEMENT_DIMS, "dp", lambda d: d.world, "every rank"),
 )

@@ -50,9 +50,10 @@ def test_workload_group_sizes_follow_the_table() -> None:
                       parallel=ParallelismSpec(tp=2, cp=2, pp=2))
     assert group_sizes(run) == {"tp": 2, "cp": 2, "ep": 1, "tp_cp": 4, "dp": 8, "dp_cp": 16,
                                 "edp": 8, "edp_cp": 16, "pp": 2, "world": 64}
-    # ep not dividing dp: expert data-parallel groups of one (as before the table)
-    d = Degrees(tp=1, cp=2, ep=3, dp=4, pp=1, world=8)
-    assert group("edp").size(d) == 1 and group("edp_cp").size(d) == 1
+    # ep not dividing dp: MoE parallel folding, the expert grid etp × ep × edp tiles the
+    # tp × cp × dp ranks of a stage: edp = tp·cp·dp / (ep·etp)
+    d = Degrees(tp=4, cp=2, ep=4, dp=2, pp=1, world=16, etp=1)
+    assert group("edp").size(d) == 4 * 2 // 4 and group("edp_cp").size(d) == 4 * 2 * 2 // 4
 
 
 def test_consumers_read_the_table() -> None:

@@ -52,6 +52,7 @@ from codesign.network.algorithms.hierarchical import HIERARCHICAL_PHASES, hierar
 from codesign.network.placement import (
     GroupPlacement,
     Layout,
+    folded_expert_groups,
     group_dims,
     layout_for,
     place_group,
@@ -174,6 +175,9 @@ class NetworkModel:
         self._choices: dict[tuple[str, Tier], tuple[CollectiveAlgorithm, ...]] = {}
         self.measured = measured
         self._placements: dict[str, GroupPlacement] = {}
+        #: expert groups folded over TP×CP×DP (:meth:`from_parallelism`); consumers that walk
+        #: the layout's dims (per-rank engine, Chakra export) refuse such a model
+        self.folded = False
         self._out_tiers: dict[str, Tier] = {}
         self._cache: dict[tuple[str, str, float], CommCost] = {}
         if isinstance(topology, FullFlatTopology):
@@ -197,15 +201,19 @@ class NetworkModel:
         dp = dp if dp is not None else parallelism.dp
         if dp is None:
             raise ValueError("data-parallel size unknown: pass dp= or set parallelism.dp")
-        layout = layout_for(
-            tp=parallelism.tp,
-            cp=parallelism.cp,
-            ep=parallelism.ep,
-            dp=dp,
-            pp=parallelism.pp,
-            order=tuple(parallelism.placement_order),
-        )
-        return cls(topology, layout, parallelism.collective_algorithm, measured=measured)
+        p = parallelism
+        fold = p.ep > 1 and dp % p.ep != 0  # MoE parallel folding: EP over TP×CP×DP
+        layout = layout_for(tp=p.tp, cp=p.cp, ep=1 if fold else p.ep, dp=dp, pp=p.pp,
+                            order=tuple(p.placement_order))
+        model = cls(topology, layout, p.collective_algorithm, measured=measured)
+        if fold:
+            if tuple(p.placement_order)[:3] not in (("tp", "cp", "ep"), ("tp", "ep", "cp")):
+                raise ValueError("MoE parallel folding (ep not dividing dp) needs the default "
+                                 "placement order (tp, cp innermost)")
+            model.folded = True
+            model._placements.update(folded_expert_groups(
+                p.tp, p.cp, dp, p.ep, p.expert_tp, model.domain_size))
+        return model
 
     # --- groups ----------------------------------------------------------------------------
 

@@ -17,8 +17,9 @@ from types import MappingProxyType
 
 from codesign.groups import GROUP_DIMS, PLACEMENT_DIMS, group_dims
 
-__all__ = ["GROUP_DIMS", "PLACEMENT_DIMS", "GroupPlacement", "Layout", "group_dims", "layout_for",
-           "place_group"]  # GROUP_DIMS, PLACEMENT_DIMS, group_dims: codesign.groups
+__all__ = ["GROUP_DIMS", "PLACEMENT_DIMS", "GroupPlacement", "Layout", "folded_expert_groups",
+           "group_dims", "layout_for", "place_group", "place_strided"]
+# GROUP_DIMS, PLACEMENT_DIMS, group_dims: re-exported from codesign.groups
 
 
 @dataclass(frozen=True)
@@ -185,3 +186,27 @@ def place_group(layout: Layout, group_name: str, domain_size: int) -> GroupPlace
     return GroupPlacement(
         size=size, ranks_per_domain=per_domain, num_domains=num_domains, span=span, aligned=aligned
     )
+
+
+def place_strided(size: int, stride: int, domain_size: int) -> GroupPlacement:
+    """Place groups of ``size`` ranks ``stride`` apart (``r, r + stride, ...``) tiling blocks of
+    ``size × stride`` consecutive ranks, on domains of ``domain_size`` ranks (closed form)."""
+    block = size * stride
+    per_domain = max(1, min(size, -(-domain_size // stride))) if stride <= domain_size else 1
+    aligned = domain_size % block == 0 or (block % domain_size == 0
+                                           and domain_size % stride == 0)
+    return GroupPlacement(size=size, ranks_per_domain=per_domain,
+                          num_domains=-(-size // per_domain), span=(size - 1) * stride + 1,
+                          aligned=aligned)
+
+
+def folded_expert_groups(tp: int, cp: int, dp: int, ep: int, etp: int,
+                         domain_size: int) -> dict[str, GroupPlacement]:
+    """Placements of the expert groups under MoE parallel folding (Megatron-Core
+    ``parallel_state``: the ``tp × cp × dp`` ranks of a pipeline stage, consecutive in the
+    layout, are re-gridded as expert-TP (innermost) × EP × expert-DP): ``ep`` ranks ``etp``
+    apart, and the expert-DP group (``edp`` and ``edp_cp``) ``ep·etp`` apart."""
+    edp = max(tp * cp * dp // (ep * etp), 1)
+    ep_place = place_strided(ep, etp, domain_size)
+    edp_place = place_strided(edp, ep * etp, domain_size)
+    return {"ep": ep_place, "edp": edp_place, "edp_cp": edp_place}

@@ -40,7 +40,6 @@ from codesign.engine.training import GRAD_REDUCE_BYTES, PARAM_BYTES, pipeline_se
 from codesign.hardware.compute import ComputeModel
 from codesign.ir import Op
 from codesign.network.model import NetworkModel
-from codesign.network.placement import layout_for
 from codesign.report.training import BREAKDOWN_KEYS, breakdown_from_categories
 from codesign.search.costs import (
     CATS,
@@ -160,11 +159,10 @@ class Estimator:
         key = (tp, cp, ep, dp, pp)
         net = self._nets.get(key)
         if net is None:
-            par = self.base.parallel
-            layout = layout_for(tp=tp, cp=cp, ep=ep, dp=dp, pp=pp,
-                                order=tuple(par.placement_order))
-            net = NetworkModel(self.base.topology, layout, par.collective_algorithm,
-                               measured=self.measured)
+            par = self.base.parallel.model_copy(update={"tp": tp, "cp": cp, "ep": ep,
+                                                        "pp": pp})
+            net = NetworkModel.from_parallelism(self.base.topology, par, dp=dp,
+                                                measured=self.measured)
             self._nets[key] = net
         return net
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from codesign.api import build_models, check_memory
-from codesign.errors import InfeasiblePlan
+from codesign.errors import InfeasiblePlan, SpecError
 from codesign.specs.run import TrainingRun
 from codesign.trace.astra_config import (
     MEMORY_JSON,
@@ -91,6 +91,9 @@ def export_chakra(run: TrainingRun, prefix: str | Path,
     """
     t0 = time.perf_counter()
     graph, compute, network = build_models(run)
+    if network.folded:
+        raise SpecError(f"export chakra: MoE parallel folding (ep {run.parallel.ep} does not "
+                        f"divide dp {run.dp}) is not exported yet; choose an ep that divides dp")
     _, oom = check_memory(run, graph, network)
     if oom is not None and not force:
         raise InfeasiblePlan(f"{oom.reason} (export anyway with --force)")

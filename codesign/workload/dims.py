@@ -44,8 +44,12 @@ def plan_problems(run: TrainingRun) -> list[str]:
     if m.moe is not None:
         if m.moe.num_experts % p.ep:
             out.append(f"ep {p.ep} does not divide num_experts {m.moe.num_experts}")
-        if dp % p.ep:
-            out.append(f"ep {p.ep} does not divide dp {dp}")
+        if dp % p.ep and (p.tp * p.cp * dp) % (p.ep * p.expert_tp):
+            # Megatron-Core folds EP over TP×CP×DP (parallel_state: the expert grid
+            # etp × ep × edp must tile the tp × cp × dp ranks of a stage)
+            out.append(f"ep {p.ep} does not divide dp {dp}, and ep×etp = "
+                       f"{p.ep * p.expert_tp} does not divide tp×cp×dp = {p.tp * p.cp * dp} "
+                       "(MoE parallel folding)")
         if p.expert_tp not in (1, p.tp):
             out.append(f"etp must be 1 or tp ({p.tp}), got {p.expert_tp}")
         if m.moe.expert_ffn_hidden_size % p.expert_tp:

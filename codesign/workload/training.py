@@ -153,7 +153,7 @@ def group_sizes(run: TrainingRun) -> dict[str, int]:
     """Ranks per communication group name (the size rules of :data:`codesign.groups.GROUPS`)."""
     p = run.parallel
     return sizes_of_groups(Degrees(tp=p.tp, cp=p.cp, ep=p.ep, dp=run.dp, pp=p.pp,
-                                   world=run.num_gpus))
+                                   world=run.num_gpus, etp=p.expert_tp))
 
 
 def _layer_templates(run: TrainingRun, moe_layer: bool) -> tuple[OpTemplate, ...]:
