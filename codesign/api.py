@@ -51,6 +51,13 @@ def build_run(model: str | ModelSpec = "gpt3-175b", gpu: str | GpuSpec = "h100",
     ``topology`` defaults to the GPU's usual system; ``num_gpus`` defaults to
     ``tp × pp × cp × dp`` when ``dp`` is given, else to one pipeline replica.
     """
+    for name, value, kinds, what in (
+            ("model", model, (str, ModelSpec), "a catalog name, a file path or a ModelSpec"),
+            ("gpu", gpu, (str, GpuSpec), "a catalog name, a file path or a GpuSpec"),
+            ("topology", topology, (str, TwoTierTopology, FullFlatTopology, type(None)),
+             "a catalog name, a file path, a topology spec or None (the GPU's system)")):
+        if not isinstance(value, kinds):
+            raise SpecError(f"{name} must be {what}, got {type(value).__name__} {value!r}")
     m = load_model(model) if isinstance(model, str) else model
     g = load_gpu(gpu) if isinstance(gpu, str) else gpu
     if isinstance(topology, (TwoTierTopology, FullFlatTopology)):

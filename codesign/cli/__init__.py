@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from codesign import __version__
 from codesign.cli import (
@@ -33,8 +34,16 @@ COMMANDS = (simulate_cmd, validate_cmd, calibrate_cmd, list_cmd, experiment_cmd,
             search_cmd, serve_cmd, export_cmd, inspect_cmd)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``codesign <command>: error: ... (see --help)``, exit 2
+    (the usage block argparse prints by default is what ``--help`` is for)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = _Parser(
         prog="codesign",
         description="Datacenter co-design simulator for LLMs: how fast does model M train "
                     "(or serve) on system S with plan P, and why? Which plan, which system?",
@@ -63,6 +72,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except CodesignError as exc:
         print(f"codesign: error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except UnicodeDecodeError as exc:  # a file read below the spec layer's own checks
+        print(f"codesign: error: an input file is not UTF-8 text (byte {exc.start}: "
+              f"{exc.reason})", file=sys.stderr)
+        return EXIT_INPUT
+    except (IsADirectoryError, NotADirectoryError, PermissionError, FileNotFoundError) as exc:
+        name = exc.filename if exc.filename is not None else ""
+        print(f"codesign: error: {name}: {exc.strerror}", file=sys.stderr)
         return EXIT_INPUT
     except KeyboardInterrupt:
         print("codesign: interrupted", file=sys.stderr)

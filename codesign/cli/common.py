@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from codesign.cli.plan_flags import add_plan_flags, plan_from_args
@@ -91,11 +93,51 @@ def add_format(ap: argparse.ArgumentParser, what: str = "") -> None:
                     help=f"output format{f' of {what}' if what else ''} (default table)")
 
 
+def output_file(value: str) -> str:
+    """argparse ``type`` of an output file: refused before anything runs when it is a
+    directory or cannot be written (missing parent directories are created)."""
+    path = Path(value)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value} is a directory; give a file name")
+    existed = path.exists()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a"):
+            pass
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot write {value}: {exc.strerror}") from None
+    if not existed:
+        path.unlink(missing_ok=True)
+    return value
+
+
+def output_location(value: str) -> str:
+    """argparse ``type`` of ``--out`` (a directory or a path prefix): the deepest existing
+    directory on the path must take new files (checked with a temporary file)."""
+    path = Path(value).absolute()
+    where = path
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if where.is_file():
+        if where != path:
+            raise argparse.ArgumentTypeError(f"{value}: {where} is a file, not a directory")
+        where = where.parent
+    try:
+        fd, tmp = tempfile.mkstemp(dir=where, prefix=".codesign-check-")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot write under {where}: {exc.strerror}") \
+            from None
+    return value
+
+
 def add_out(ap: argparse.ArgumentParser, metavar: str, text: str) -> None:
-    """``--out PATH`` (where files go), with ``--output`` as a hidden deprecated alias."""
-    ap.add_argument("--out", metavar=metavar, help=text)
+    """``--out PATH`` (where files go), with ``--output`` as a hidden deprecated alias; the
+    location is checked before the command runs (:func:`output_location`)."""
+    ap.add_argument("--out", metavar=metavar, type=output_location, help=text)
     ap.add_argument("--output", dest="out", action=DeprecatedAlias, new="--out",
-                    help=argparse.SUPPRESS)
+                    type=output_location, help=argparse.SUPPRESS)
 
 
 def add_jobs(ap: argparse.ArgumentParser, what: str) -> None:

@@ -16,6 +16,7 @@ from codesign.cli.common import (
     add_progress,
     add_run_flags,
     jobs_of,
+    output_file,
     run_file_of,
     run_from_args,
 )
@@ -72,7 +73,7 @@ def register(sub: Any, spec: type[ParallelismSpec] = ParallelismSpec) -> None:
         ap.add_argument(f"--{stem}-values", dest=f"values_{field}", metavar="LIST",
                         help=f"{field} values to search, comma-separated (e.g. {example})")
     add_format(ap)
-    ap.add_argument("--csv", metavar="FILE",
+    ap.add_argument("--csv", metavar="FILE", type=output_file,
                     help="also write every evaluated plan with its estimate or reason as CSV")
     add_progress(ap, default=False)
     ap.set_defaults(func=cmd_search)

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from codesign.cli.common import output_file
+
 
 def register(sub: Any) -> None:
     """Add the ``serve`` subcommand to the top-level subparsers ``sub``."""
@@ -20,7 +22,7 @@ def register(sub: Any) -> None:
                "--trace timeline.json")
     ap.add_argument("spec", metavar="SPEC.yaml", help="serving spec (YAML or JSON)")
     ap.add_argument("--format", choices=["table", "json"], default="table")
-    ap.add_argument("--trace", metavar="FILE.json",
+    ap.add_argument("--trace", metavar="FILE.json", type=output_file,
                     help="write a Chrome/Perfetto timeline of requests and batches")
     ap.add_argument("--requests", type=int, metavar="N",
                     help="every client issues N requests (overrides num_requests/duration_s)")

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from codesign.cli.common import EXIT_INPUT, add_format, add_run_flags, run_from_args
+from codesign.cli.common import EXIT_INPUT, add_format, add_run_flags, output_file, run_from_args
 
 
 def register(sub: Any) -> None:
@@ -21,7 +21,7 @@ def register(sub: Any) -> None:
                     "(a Hugging Face config.json works for --model).")
     add_run_flags(sim)
     add_format(sim)
-    sim.add_argument("--trace", metavar="FILE.json",
+    sim.add_argument("--trace", metavar="FILE.json", type=output_file,
                      help="also write the step's timeline as a Chrome/Perfetto trace")
     _add_expand_flags(sim)
     sim.set_defaults(func=cmd_simulate)

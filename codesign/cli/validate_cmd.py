@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from codesign.cli.common import add_format
+from codesign.cli.common import add_format, output_file
 
 
 def register(sub: Any) -> None:
@@ -23,7 +23,8 @@ def register(sub: Any) -> None:
                     "throughput.")
     val.add_argument("csv", metavar="PATH.csv", help="measurements (training or inference rows)")
     add_format(val)
-    val.add_argument("--plot", metavar="FILE", help="write predicted vs measured (PNG/PDF)")
+    val.add_argument("--plot", metavar="FILE", type=output_file,
+                     help="write predicted vs measured (PNG/PDF)")
     val.add_argument("--assumptions", action="store_true",
                      help="list the assumptions made for each case (table format)")
     val.set_defaults(func=cmd_validate)

@@ -60,6 +60,10 @@ def per_rank_inputs(run: TrainingRun, *, stragglers: Sequence[tuple[int, float]]
                                        mix_ranks=mix_ranks), gpu2)
 
 
+#: slowest straggler speed accepted: a rank at under 1/1000 of its speed has failed
+MIN_SPEED = 1e-3
+
+
 def check_stragglers(stragglers: Sequence[tuple[int, float]],
                      n: int) -> tuple[tuple[int, float], ...]:
     """``(rank, speed fraction)`` pairs checked against ``n`` ranks, sorted by rank (a rank
@@ -69,8 +73,9 @@ def check_stragglers(stragglers: Sequence[tuple[int, float]],
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < n:
             raise SpecError(f"straggler rank must be a whole number in 0..{n - 1}, got {rank!r}")
         f = float(frac)
-        if not 0.0 < f <= 1.0:
-            raise SpecError(f"straggler {rank}: speed fraction must be in (0, 1], got {frac!r}")
+        if not MIN_SPEED <= f <= 1.0:
+            raise SpecError(f"straggler {rank}: speed fraction must be in [{MIN_SPEED:g}, 1] "
+                            f"(a rank slower than that has failed, not straggled), got {frac!r}")
         out[rank] = f
     return tuple(sorted(out.items()))
 

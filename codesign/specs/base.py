@@ -14,7 +14,9 @@ T = TypeVar("T", bound="Spec")
 class Spec(BaseModel):
     """Frozen, strict spec. Copy with ``spec.model_copy(update={...})`` or :func:`evolve`."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+    #: ``allow_inf_nan=False``: an infinite or NaN number is never a physical value
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True,
+                              allow_inf_nan=False)
 
     @classmethod
     def parse(cls: type[T], data: Any, origin: str = "") -> T:

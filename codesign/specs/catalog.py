@@ -40,9 +40,11 @@ def _normalize(name: str) -> str:
 def read_data_file(path: Path) -> Any:
     """Read a YAML or JSON file, raising :class:`SpecError` on a missing or malformed file."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
     try:
         if path.suffix == ".json":
             return json.loads(text)

@@ -8,6 +8,10 @@ from pydantic import Field, model_validator
 
 from codesign.specs.base import Spec
 
+#: bounds far beyond any published model (the largest have ~200 layers and widths under
+#: 10^6): a value past them is a typo or a fuzzed input, refused before it allocates anything
+MAX_LAYERS = 100_000
+MAX_WIDTH = 100_000_000
 
 class MLASpec(Spec):
     """Multi-head latent attention (DeepSeek-V2/V3): low-rank compressed queries and KV."""
@@ -24,7 +28,7 @@ class MoESpec(Spec):
 
     num_experts: int = Field(ge=1, description="routed experts per MoE layer")
     top_k: int = Field(ge=1, description="routed experts per token")
-    expert_ffn_hidden_size: int = Field(ge=1)
+    expert_ffn_hidden_size: int = Field(ge=1, le=MAX_WIDTH)
     num_shared_experts: int = Field(default=0, ge=0, description="always-active experts")
     shared_expert_ffn_hidden_size: int | None = Field(
         default=None, ge=1, description="per shared expert; default expert_ffn_hidden_size"
@@ -45,13 +49,13 @@ class ModelSpec(Spec):
     kind: Literal["model"] = "model"
     name: str
     aliases: tuple[str, ...] = ()
-    num_layers: int = Field(ge=1)
-    hidden_size: int = Field(ge=1)
-    num_heads: int = Field(ge=1)
+    num_layers: int = Field(ge=1, le=MAX_LAYERS)
+    hidden_size: int = Field(ge=1, le=MAX_WIDTH)
+    num_heads: int = Field(ge=1, le=MAX_WIDTH)
     num_kv_heads: int | None = Field(default=None, ge=1, description="None = num_heads (MHA)")
     head_dim: int | None = Field(default=None, ge=1, description="None = hidden/num_heads")
-    ffn_hidden_size: int = Field(ge=1, description="dense MLP inner size")
-    vocab_size: int = Field(ge=1)
+    ffn_hidden_size: int = Field(ge=1, le=MAX_WIDTH, description="dense MLP inner size")
+    vocab_size: int = Field(ge=1, le=MAX_WIDTH)
     seq_len: int = Field(default=2048, ge=1, description="default training sequence length")
     mlp: Literal["gated", "plain"] = Field(
         default="gated", description="gated = SwiGLU/GeGLU (3 matrices); plain = 2 matrices"

@@ -127,6 +127,9 @@ class ParallelismSpec(Spec):
             raise ValueError("schedule 'interleaved' needs vpp >= 2")
         if self.schedule in ("gpipe", "1f1b", "zb-h1") and self.vpp > 1:
             raise ValueError(f"schedule '{self.schedule}' does not take vpp > 1")
+        if self.fsdp and "zero_stage" in self.model_fields_set and self.zero_stage != 3:
+            raise ValueError(f"fsdp (full sharding) is ZeRO stage 3; it contradicts zero_stage "
+                             f"{self.zero_stage} (give one of them)")
         return self
 
     @property

@@ -14,7 +14,7 @@ def read_rows(path: Path, required: Sequence[str], kind: str) -> list[dict[str, 
     """Rows of a CSV with every value stripped; raises :class:`SpecError` if a ``required``
     column is missing (``kind`` names the file's kind in the message, e.g. "a training")."""
     try:
-        with path.open(newline="") as fh:
+        with path.open(newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh)
             missing = [c for c in required if c not in (reader.fieldnames or [])]
             if missing:
@@ -23,6 +23,10 @@ def read_rows(path: Path, required: Sequence[str], kind: str) -> list[dict[str, 
             return [{k: (v or "").strip() for k, v in row.items() if k} for row in reader]
     except OSError as exc:
         raise SpecError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    except csv.Error as exc:
+        raise SpecError(f"{path}: not a readable CSV ({exc})") from None
 
 
 def int_cell(row: dict[str, str], key: str) -> int | None:

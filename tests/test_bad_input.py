@@ -1,0 +1,94 @@
+"""The reproducers of issue 14's list: each is exit code 2 with one line naming the problem,
+checked before anything is simulated, never a traceback or an absurd number."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from codesign.api import simulate
+from codesign.cli import main
+from codesign.errors import SpecError
+from codesign.specs.base import evolve
+from codesign.specs.catalog import load_gpu
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    with_exit = None
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse's own errors exit from inside parse_args
+        with_exit = exc
+        code = int(exc.code or 0)
+    _, err = capsys.readouterr()
+    assert code == 2, (argv, err, with_exit)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err and lines[0].startswith("codesign")
+    return lines[0]
+
+
+def test_long_names_are_unknown_names(capsys: pytest.CaptureFixture[str]) -> None:
+    for flag in ("--model", "--gpu", "--topology"):
+        msg = _one_line_error(capsys, "simulate", flag, "x" * 300)
+        assert "unknown" in msg
+
+
+def test_non_utf8_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"model: gpt3-175b\n\xff\xfe\n")
+    assert "not UTF-8" in _one_line_error(capsys, "simulate", "--run", str(bad))
+    csv = tmp_path / "bad.csv"
+    csv.write_bytes(b"case_id,source\n\xff,\xfe\n")
+    assert "not UTF-8" in _one_line_error(capsys, "validate", str(csv))
+    cfg = tmp_path / "config.json"
+    cfg.write_bytes(b'{"num_hidden_layers": \xff}')
+    assert "not UTF-8" in _one_line_error(capsys, "simulate", "--model", str(cfg))
+
+
+def test_output_paths_are_checked_before_running(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert "is a directory" in _one_line_error(capsys, "simulate", "--trace", str(tmp_path))
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    msg = _one_line_error(capsys, "search", "--csv", str(blocker / "rows.csv"))
+    assert "cannot write" in msg
+    msg = _one_line_error(capsys, "export", "chakra", "--out", str(blocker / "sub" / "t"))
+    assert "is a file" in msg
+    assert not list(tmp_path.glob("**/*.et"))
+
+
+def test_straggler_speed_floor(capsys: pytest.CaptureFixture[str]) -> None:
+    msg = _one_line_error(capsys, "simulate", "--model", "gpt3-175b", "--gpus", "64", "--tp",
+                          "8", "--pp", "8", "--global-batch", "64", "--straggler", "17:1e-300")
+    assert "speed fraction" in msg
+
+
+def test_fsdp_contradicting_zero_stage(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "contradicts zero_stage 1" in _one_line_error(capsys, "simulate", "--fsdp",
+                                                         "--zero", "1")
+
+
+def test_api_wrong_types() -> None:
+    with pytest.raises(SpecError, match="gpu must be"):
+        simulate(gpu=None)
+    with pytest.raises(SpecError, match="topology must be"):
+        simulate(topology=5)
+
+
+def test_infinite_and_huge_values_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="finite"):
+        evolve(load_gpu("h100"), {"hbm_bandwidth_TBps": float("inf")})
+    cfg = tmp_path / "config.json"
+    cfg.write_text('{"num_hidden_layers": 1e12, "hidden_size": 4096, '
+                   '"num_attention_heads": 32, "intermediate_size": 11008, '
+                   '"vocab_size": 32000, "model_type": "llama"}')
+    from codesign.specs.catalog import load_model
+
+    with pytest.raises(SpecError):
+        load_model(str(cfg))
+
+
+def test_argparse_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "see codesign simulate --help" in _one_line_error(capsys, "simulate", "--gpus", "x")
