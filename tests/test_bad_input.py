@@ -92,3 +92,45 @@ def test_infinite_and_huge_values_are_refused(tmp_path: Path) -> None:
 
 def test_argparse_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert "see codesign simulate --help" in _one_line_error(capsys, "simulate", "--gpus", "x")
+
+
+_SERVING = """kind: serving
+name: t
+engines:
+  - {name: e, device: h100, count: 1, models: [{model: llama3-8b, plan: {tp: 1}}],
+     scheduler: {name: continuous, max_num_seqs: 8}}
+clients:
+  - name: c
+    model: llama3-8b
+    arrival: {process: poisson, rate_rps: RATE}
+    num_requests: 5
+    START
+    input_tokens: {dist: lognormal, mean: 64, sigma: 0.3, min: IMIN, max: 128}
+    output_tokens: {dist: fixed, value: 4}
+    TYPES
+"""
+
+
+def _serving(tmp_path: Path, rate: str = "5", start: str = "", imin: str = "8",
+             types: str = "") -> str:
+    path = tmp_path / "s.yaml"
+    path.write_text(_SERVING.replace("RATE", rate).replace("START", start)
+                    .replace("IMIN", imin).replace("TYPES", types))
+    return str(path)
+
+
+def test_serving_contradictions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert "max (128) < min (512)" in _one_line_error(
+        capsys, "serve", _serving(tmp_path, imin="512"))
+    assert "request_types" in _one_line_error(
+        capsys, "serve", _serving(tmp_path, types="request_types: []"))
+
+
+def test_sparse_arrivals_cost_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import time
+
+    for spec in (_serving(tmp_path, rate="1e-9"), _serving(tmp_path, start="start_s: 1e12")):
+        t0 = time.perf_counter()
+        assert main(["serve", spec, "--format", "json"]) == 0
+        capsys.readouterr()
+        assert time.perf_counter() - t0 < 10

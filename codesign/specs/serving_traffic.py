@@ -43,6 +43,12 @@ class LognormalLength(Spec):
     min: int = Field(default=1, ge=0)
     max: int | None = Field(default=None, ge=1)
 
+    @model_validator(mode="after")
+    def _check_bounds(self) -> LognormalLength:
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max}) < min ({self.min})")
+        return self
+
 
 class TraceLength(Spec):
     """The length the trace file gives for each request."""
@@ -202,7 +208,8 @@ class ClientSpec(Spec):
     input_tokens: LengthSpec | None = Field(default=None, description="None = from the trace")
     output_tokens: LengthSpec | None = Field(default=None, description="None = from the trace")
     request_types: list[RequestTypeSpec] = Field(
-        default_factory=lambda: [RequestTypeSpec(name="plain")])
+        default_factory=lambda: [RequestTypeSpec(name="plain")], min_length=1,
+        description="at least one; default one plain type")
     seed: int | None = Field(default=None, ge=0,
                              description="None = derived from ServingSpec.seed")
 
