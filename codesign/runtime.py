@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 
 @contextmanager
@@ -24,4 +28,36 @@ def no_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
-__all__ = ["no_cyclic_gc"]
+#: how often a pool worker checks that its parent is alive, seconds
+WATCH_PARENT_S = 1.0
+
+
+def exit_with_parent(parent: int | None = None) -> None:
+    """In a worker process: exit as soon as the process that started it is gone (killed with
+    ``kill -9`` it cannot shut its pool down, and the workers would live on): a daemon thread
+    polls the parent pid every :data:`WATCH_PARENT_S` seconds (an orphan is re-parented, so
+    its parent pid changes)."""
+    parent = os.getppid() if parent is None else parent
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent:
+                os._exit(1)
+            time.sleep(WATCH_PARENT_S)
+
+    threading.Thread(target=watch, name="codesign-parent-watch", daemon=True).start()
+
+
+def _run_init(parent: int, init: Callable[..., Any] | None, *args: Any) -> None:
+    exit_with_parent(parent)
+    if init is not None:
+        init(*args)
+
+
+def pool_init(init: Callable[..., Any] | None = None, *args: Any) -> dict[str, Any]:
+    """``ProcessPoolExecutor`` keyword arguments whose workers exit with this process and then
+    run ``init(*args)``: ``ProcessPoolExecutor(max_workers=n, **pool_init(f, x))``."""
+    return {"initializer": _run_init, "initargs": (os.getpid(), init, *args)}
+
+
+__all__ = ["WATCH_PARENT_S", "exit_with_parent", "no_cyclic_gc", "pool_init"]

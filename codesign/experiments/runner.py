@@ -27,6 +27,7 @@ from codesign.experiments.axes import Point, expand_points
 from codesign.experiments.point import evaluate_point, failed_row
 from codesign.experiments.spec import HIGHER_IS_BETTER, ExperimentSpec
 from codesign.experiments.store import FIGURES, RESULTS, ResultStore, is_missing, load_results
+from codesign.runtime import pool_init
 
 DASK_MISSING = ('running on a Dask cluster needs dask.distributed: '
                 'pip install "codesign[dask]"')
@@ -113,7 +114,7 @@ def _in_process(spec: ExperimentSpec, points: list[Point]) -> tuple[Rows, Callab
 def _pool(spec: ExperimentSpec, points: list[Point],
           jobs: int) -> tuple[Rows, Callable[[], None]]:
     """Rows as the workers finish them (the workers start here, before any other thread)."""
-    pool = ProcessPoolExecutor(max_workers=jobs)
+    pool = ProcessPoolExecutor(max_workers=jobs, **pool_init())
     futures: dict[Any, Point] = {pool.submit(evaluate_point, spec, p): p for p in points}
     return (_results(spec, as_completed(futures), futures),
             lambda: pool.shutdown(wait=False, cancel_futures=True))

@@ -25,6 +25,7 @@ from codesign.api import simulate_run
 from codesign.errors import SpecError
 from codesign.report.metrics import plan_summary
 from codesign.report.training import BREAKDOWN_KEYS, MEMORY_KEYS, TrainingReport
+from codesign.runtime import pool_init
 from codesign.search.estimate import Estimate, Estimator
 from codesign.search.fields import SearchSpaceBase
 from codesign.search.space import (
@@ -149,8 +150,8 @@ def _chunks(items: Sequence[PlanPoint], pieces: int) -> list[Sequence[PlanPoint]
 def _pool(jobs: int, base: TrainingRun) -> Executor:
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker,
-                               initargs=(base,))
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=ctx,
+                               **pool_init(_init_worker, base))
 
 
 def _score(e: Estimate, objective: str) -> float:

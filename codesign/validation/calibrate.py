@@ -127,7 +127,9 @@ def fit(cases: Sequence[FixedCase], jobs: int = 1) -> dict[str, float]:
         return {g: fit_fraction(grp) for g, grp in zip(gpus, groups, strict=True)}
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=min(jobs, len(groups))) as pool:
+    from codesign.runtime import pool_init
+
+    with ProcessPoolExecutor(max_workers=min(jobs, len(groups)), **pool_init()) as pool:
         return dict(zip(gpus, pool.map(fit_fraction, groups), strict=True))
 
 
