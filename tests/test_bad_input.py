@@ -134,3 +134,30 @@ def test_sparse_arrivals_cost_nothing(tmp_path: Path, capsys: pytest.CaptureFixt
         assert main(["serve", spec, "--format", "json"]) == 0
         capsys.readouterr()
         assert time.perf_counter() - t0 < 10
+
+
+def test_huge_sweeps_are_counted_not_enumerated(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    import time
+
+    values = ", ".join(str(i + 1) for i in range(50))
+    study = tmp_path / "big.yaml"
+    study.write_text(f"""name: big
+base: {{model: llama3-8b, gpu: h100, num_gpus: 8, plan: {{tp: 1, global_batch_size: 64}}}}
+sweep:
+  - axes:
+      gpu.hbm_bandwidth_TBps: [{values}]
+      gpu.hbm_capacity_GB: [{values}]
+      gpu.scale_up_bandwidth_GBps: [{values}]
+      plan.micro_batch_size: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+metrics: [mfu]
+""")
+    t0 = time.perf_counter()
+    assert main(["experiment", "show", str(study)]) == 0
+    out, _ = capsys.readouterr()
+    assert "1,250,000" in out and time.perf_counter() - t0 < 5
+    msg = _one_line_error(capsys, "experiment", "run", str(study), "--out",
+                          str(tmp_path / "r"))
+    assert "1,250,000 points" in msg and "--max-points" in msg
+    assert "not a Dask scheduler" in _one_line_error(capsys, "experiment", "run", str(study),
+                                                     "--scheduler", "notaurl")

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from codesign.cli.common import add_jobs, add_out, add_progress, jobs_of
-from codesign.errors import CodesignError
+from codesign.errors import CodesignError, SpecError
 
 
 def register(sub: Any) -> None:
@@ -62,6 +63,9 @@ def _add_run_options(ap: argparse.ArgumentParser) -> None:
                     help="evaluate stored failed points again")
     ap.add_argument("--no-plots", dest="plots", action="store_false",
                     help="do not draw the figures")
+    ap.add_argument("--max-points", type=int, metavar="N",
+                    help="refuse a study of more than N points (default one million, "
+                         "codesign.experiments.axes.MAX_POINTS)")
 
 
 def _help(ap: argparse.ArgumentParser) -> int:
@@ -118,9 +122,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         space = " ".join(f"{k}={v}" for k, v in s.space.items()) or "automatic"
         lines.append(f"search per point: objective {s.objective}, space {space}, top "
                      f"{s.top_n}, confirm {s.confirm}")
-    points = expand_points(spec)
-    smoke = expand_points(spec.smoke_spec())
-    lines.append(f"points: {len(points)} (smoke: {len(smoke)})")
+    smoke_spec = spec.smoke_spec()
+    lines.append(f"points: {_count(spec, expand_points)} (smoke: "
+                 f"{_count(smoke_spec, expand_points)})")
     lines.append(f"metrics: {', '.join(spec.metrics)}")
     if spec.plots:
         lines.append("plots:")
@@ -132,9 +136,26 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _count(spec: Any, expand: Any) -> str:
+    """Points of a study: distinct points when few enough to enumerate, else the product's
+    count (``experiment show`` counts, it never enumerates millions of points)."""
+    from codesign.experiments.axes import MAX_POINTS
+
+    if spec.num_points > MAX_POINTS:
+        return f"{spec.num_points:,} (over the run cap of {MAX_POINTS:,})"
+    return f"{len(expand(spec)):,}"
+
+
+#: a Dask scheduler address: tcp://host:port (or tls, ucx, inproc) or host:port
+_DASK_ADDRESS = re.compile(r"^(?:(?:tcp|tls|ucx|inproc|ws|wss)://)?[\w.\-\[\]:]+:\d+/?$")
+
+
 def _scheduler(address: str | None) -> Any:
     if address is None:
         return None
+    if not _DASK_ADDRESS.match(address):
+        raise SpecError(f"--scheduler: {address!r} is not a Dask scheduler address "
+                        "(e.g. tcp://host:8786)")
     try:
         import dask.distributed  # noqa: F401
     except ImportError:
@@ -156,7 +177,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         summary = run_experiment(spec, out, jobs=jobs, scheduler=_scheduler(args.scheduler),
                                  smoke=args.smoke, progress=args.progress,
                                  overwrite=args.overwrite, retry_failed=args.retry_failed,
-                                 plots=args.plots)
+                                 plots=args.plots, **({"max_points": args.max_points}
+                                                      if args.max_points else {}))
     except KeyboardInterrupt:
         print(f"codesign: finished points are stored in {out}; run the same command again "
               "to resume", file=sys.stderr)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from codesign.api import build_run
+from codesign.errors import SpecError
 from codesign.experiments.spec import ENTRY_KINDS, ExperimentSpec, load_entry
 from codesign.specs.base import evolve
 from codesign.specs.run import TrainingRun
@@ -36,9 +37,20 @@ def point_id(overrides: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def expand_points(spec: ExperimentSpec) -> list[Point]:
+#: studies with more points than this are refused unless the caller raises the cap
+#: (``--max-points``): a sweep of millions of points is usually an axis typo
+MAX_POINTS = 1_000_000
+
+
+def expand_points(spec: ExperimentSpec, max_points: int = MAX_POINTS) -> list[Point]:
     """Every point of the study in order: blocks in turn, each a product (first axis outermost)
-    or a zip of its axes. A study with no sweep has one point, the base run."""
+    or a zip of its axes. A study with no sweep has one point, the base run. Raises
+    :class:`SpecError` with the count when the study has more than ``max_points`` points
+    (counted without enumerating them)."""
+    if spec.num_points > max_points:
+        raise SpecError(f"study '{spec.name}' has {spec.num_points:,} points, more than the "
+                        f"cap of {max_points:,}; narrow its axes or raise the cap "
+                        "(--max-points)")
     combos: list[tuple[int, dict[str, Any]]] = []
     for b, block in enumerate(spec.sweep):
         paths = list(block.axes)

@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from codesign.errors import CodesignError
-from codesign.experiments.axes import Point, expand_points
+from codesign.experiments.axes import MAX_POINTS, Point, expand_points
 from codesign.experiments.point import evaluate_point, failed_row
 from codesign.experiments.spec import HIGHER_IS_BETTER, ExperimentSpec
 from codesign.experiments.store import FIGURES, RESULTS, ResultStore, is_missing, load_results
@@ -167,7 +167,8 @@ def _dask(spec: ExperimentSpec, points: list[Point], client: Any,
 def run_experiment(spec: ExperimentSpec, out_dir: str | Path, jobs: int | None = None,
                    scheduler: Any = None, smoke: bool = False, progress: bool = True,
                    overwrite: bool = False, *, retry_failed: bool = False,
-                   plots: bool = True, flush_interval_s: float = 2.0) -> RunSummary:
+                   plots: bool = True, flush_interval_s: float = 2.0,
+                   max_points: int = MAX_POINTS) -> RunSummary:
     """Run every point of ``spec`` not yet stored in ``out_dir`` and draw the figures.
 
     ``jobs``: local processes (default: all cores; 1 = in this process). ``scheduler``: run on
@@ -183,7 +184,7 @@ def run_experiment(spec: ExperimentSpec, out_dir: str | Path, jobs: int | None =
     if smoke:
         spec = spec.smoke_spec()
     out_dir = Path(out_dir)
-    points = expand_points(spec)
+    points = expand_points(spec, max_points)
     client: Any = None
     own = False
     if scheduler is not None:
