@@ -461,3 +461,17 @@ def test_every_listed_gpu_simulates(capsys: pytest.CaptureFixture[str]) -> None:
                                 "--recompute", "full", "--zero", "3")  # fits 16 GB parts
         assert code == 0, (gpu, err)
         check_consistent(d)
+
+
+def test_flags_without_a_layout_get_a_chosen_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    """Naming a model, GPU and count without TP/PP/... chooses the fastest feasible plan
+    (issue 14: any flag used to drop the default plan and fall back to TP1 PP1)."""
+    code, d, err = run_json(capsys, "simulate", "--model", "llama3-8b", "--gpus", "16",
+                            "--global-batch", "64", "--zero", "1")
+    assert code == 0 and d["feasible"]
+    assert "plan not stated" in err and "fastest feasible" in err
+    assert d["plan"]["zero_stage"] == 1 and d["plan"]["global_batch_size"] == 64
+    # a plan with the layout given is simulated as given
+    code, d2, err2 = run_json(capsys, "simulate", "--model", "llama3-8b", "--gpus", "16",
+                              "--global-batch", "64", "--zero", "1", "--tp", "2")
+    assert code == 0 and "plan not stated" not in err2 and d2["plan"]["tp"] == 2

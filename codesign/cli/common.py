@@ -42,8 +42,19 @@ def add_run_flags(ap: argparse.ArgumentParser, with_run_file: bool = True) -> No
     add_plan_flags(plan)
 
 
-def run_from_args(args: argparse.Namespace) -> TrainingRun:
-    """The run the flags (and the ``--run`` file they override) describe."""
+#: plan fields that shape the parallel layout: when a command line gives none of them (and no
+#: run file), ``simulate`` and ``export chakra`` choose the plan (:func:`run_from_args`)
+LAYOUT_FIELDS = ("tp", "pp", "cp", "ep", "dp", "vpp")
+
+
+def run_from_args(args: argparse.Namespace, *, choose: bool = False) -> TrainingRun:
+    """The run the flags (and the ``--run`` file they override) describe.
+
+    No flag at all: the built-in default run (:data:`codesign.api.DEFAULT_RUN`). With
+    ``choose``, flags that name the model, GPU, system or settings but no layout field
+    (:data:`LAYOUT_FIELDS`) and no run file get the fastest feasible plan the search finds,
+    every flag given pinned (:func:`codesign.search.choose.choose_plan`); the choice is printed
+    on stderr."""
     from codesign.api import DEFAULT_RUN, build_run
 
     base, plan = run_file_of(args)
@@ -57,7 +68,14 @@ def run_from_args(args: argparse.Namespace) -> TrainingRun:
         return build_run(**DEFAULT_RUN)
     if "num_gpus" not in base and not run_file and plan.get("dp") is None:
         base["num_gpus"] = DEFAULT_RUN["num_gpus"]  # the default cluster size
-    return build_run(**base, **plan)
+    run = build_run(**base, **plan)
+    if choose and not run_file and not any(k in plan for k in LAYOUT_FIELDS):
+        from codesign.search.choose import choose_plan
+
+        run, notes = choose_plan(run, dict(plan))
+        for note in notes:
+            print(f"codesign: {note}", file=sys.stderr)
+    return run
 
 
 def run_file_of(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:

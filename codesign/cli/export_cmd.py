@@ -47,7 +47,7 @@ def cmd_export_chakra(args: argparse.Namespace) -> int:
     if not args.out:
         raise SpecError("export chakra: --out PREFIX is required (the path prefix of the "
                         "files written)")
-    run = run_from_args(args)
+    run = run_from_args(args, choose=True)
 
     def progress(done: int, total: int) -> None:
         if sys.stderr.isatty():

@@ -130,7 +130,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from codesign.api import simulate_run
     from codesign.report import format_table
 
-    run = run_from_args(args)
+    run = run_from_args(args, choose=True)
     expand = _parse_expand(args)
     if expand is not None:
         from codesign.api import simulate_expanded

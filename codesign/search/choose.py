@@ -36,7 +36,8 @@ def choose_plan(run: TrainingRun, fixed: dict[str, Any] | None = None, *, jobs: 
                  if c.report is not None and c.report is result.best), None)
     if best is None or best.point is None:
         reasons = "; ".join(f"{n} x {r}" for r, n in list(result.infeasible.items())[:3])
-        raise InfeasiblePlan(f"no feasible plan among {result.evaluated + result.rejected:,} "
+        raise InfeasiblePlan(f"infeasible: no plan fits among "
+                             f"{result.evaluated + result.rejected:,} "
                              f"(with {_settings(fixed) or 'nothing'} pinned): {reasons}")
     chosen = plan_run(base_run(run, fixed), best.point)
     par = chosen.parallel

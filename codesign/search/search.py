@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from codesign.api import simulate_run
-from codesign.errors import SpecError
+from codesign.errors import InfeasiblePlan, SpecError
 from codesign.report.metrics import plan_summary
 from codesign.report.training import BREAKDOWN_KEYS, MEMORY_KEYS, TrainingReport
 from codesign.runtime import pool_init
@@ -187,6 +187,10 @@ def search(run: TrainingRun, space: SearchSpaceBase | None = None, *,
             raise SpecError(f"{name} must be a whole number >= {low}, got {value!r}")
     t0 = time.perf_counter()
     en = enumerate_plans(run, space, fixed)
+    try:
+        en.base.gpu.peak_flops(en.base.parallel.dtype)
+    except KeyError as exc:  # e.g. fp8 on a GPU without FP8 tensor cores: no plan can run
+        raise InfeasiblePlan(f"infeasible: {exc.args[0]}") from None
     t_enum = time.perf_counter()
     pool = _pool(jobs, en.base) if jobs > 1 and len(en.plans) >= MIN_PLANS_FOR_POOL else None
     try:
