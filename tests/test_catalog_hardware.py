@@ -21,7 +21,7 @@ from codesign.specs.catalog import (
 from codesign.specs.gpu import GpuSpec
 from codesign.specs.topology import FullFlatTopology, TwoTierTopology
 
-SPECS_CSV = Path(__file__).resolve().parents[2] / "shared/validation/hardware_specs.csv"
+SPECS_CSV = Path(__file__).resolve().parents[1] / "experiments/validation/hardware_specs.csv"
 
 EXPECTED_GPUS = {"a100-80gb", "h100-sxm", "h200", "b200", "gb200", "mi300x"}
 EXPECTED_TOPOLOGIES = {

@@ -30,10 +30,11 @@ from codesign.workload.params import param_counts
 
 DATA = Path(__file__).parent / "data"
 SMALL = DATA / "inference_small.csv"
-#: the shared measurements sit beside the checkout (``../shared``); CODESIGN_SHARED_DIR names
-#: another place (e.g. from a git worktree)
-SHARED = Path(os.environ.get("CODESIGN_SHARED_DIR", Path(__file__).resolve().parents[2]
-                             / "shared")) / "validation" / "inference_cases.csv"
+#: the published inference runs shipped with codesign (experiments/validation/, copies of the
+#: shared set); CODESIGN_SHARED_DIR names another copy (its validation/ folder)
+SHARED = (Path(os.environ["CODESIGN_SHARED_DIR"]) / "validation" if "CODESIGN_SHARED_DIR" in
+          os.environ else Path(__file__).resolve().parents[1] / "experiments" / "validation"
+          ) / "inference_cases.csv"
 
 
 def _h100_cost(model: str, **plan: Any) -> StepCostModel:

@@ -27,7 +27,8 @@ from codesign.validation.training_cases import (
 )
 
 SMALL = Path(__file__).parent / "data" / "validation_small.csv"
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "validation" / "training_cases.csv"
+#: the published runs shipped with codesign (copies of the shared validation set)
+SHARED = Path(__file__).resolve().parents[1] / "experiments" / "validation" / "training_cases.csv"
 
 
 def _mapped() -> dict[str, MappedCase | str]:
@@ -145,7 +146,6 @@ def test_calibration_recovers_a_known_sustained_fraction() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not SHARED.is_file(), reason="shared/validation is not beside this checkout")
 def test_full_training_validation_simulates_every_complete_row() -> None:
     results = run_csv(SHARED)
     assert len(results) >= 44
@@ -206,3 +206,17 @@ def test_a_row_that_cannot_run_names_its_column(column: str, value: str, says: s
 
     with pytest.raises(Unsupported, match=re.escape(says)):
         map_row({**_PROSE_ROW, column: value})
+
+
+def test_the_shipped_validation_set_is_the_published_one() -> None:
+    """`codesign validate` with no argument runs the shipped copies; they are the shared
+    published rows unchanged (compared when the shared set is beside the checkout)."""
+    from codesign.cli.validate_cmd import shipped_validation_files
+
+    files = shipped_validation_files()
+    assert [f.name for f in files] == ["training_cases.csv", "inference_cases.csv"]
+    assert all(f.is_file() for f in files)
+    shared = Path(__file__).resolve().parents[2] / "shared" / "validation"
+    for f in files:
+        if (shared / f.name).is_file():
+            assert f.read_bytes() == (shared / f.name).read_bytes()
