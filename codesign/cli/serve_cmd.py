@@ -30,6 +30,14 @@ def register(sub: Any) -> None:
                     help="base seed (replaces the spec's and the clients' seeds)")
     ap.add_argument("--records", action="store_true",
                     help="with --format json: include every request's record")
+    ap.add_argument("--find-max-rate", action="store_true",
+                    help="search the highest scale of the clients' arrival rates at which the "
+                         "spec's slo (ttft_s, tpot_s, e2e_s) holds at --percentile (MLPerf "
+                         "Server style: doubling, then bisection to 2%%); prints the rate and "
+                         "the metrics there")
+    ap.add_argument("--percentile", choices=["p50", "p90", "p99"], default="p99",
+                    help="latency percentile the slo bounds apply to with --find-max-rate "
+                         "(default p99, as MLPerf Server)")
     ap.set_defaults(func=cmd_serve)
 
 
@@ -41,6 +49,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     path = Path(args.spec)
     spec = load_serving_spec(path)
+    if args.find_max_rate:
+        return _max_rate(args, with_overrides(spec, num_requests=args.requests,
+                                              seed=args.seed), path)
     try:
         spec = with_overrides(spec, num_requests=args.requests, seed=args.seed)
         result = simulate_serving(spec, base_dir=path.parent)
@@ -53,6 +64,36 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict(requests=args.records), indent=2))
     else:
         print(format_serving_table(result.to_dict()))
+    return 0
+
+
+def _max_rate(args: argparse.Namespace, spec: Any, path: Path) -> int:
+    """``serve --find-max-rate``: the highest rate meeting the spec's SLO at a percentile."""
+    from codesign.errors import SpecError
+    from codesign.serving.max_rate import LatencyBounds, find_max_rate
+
+    slo = spec.slo
+    if slo is None or (slo.ttft_s is None and slo.tpot_s is None and slo.e2e_s is None):
+        raise SpecError(f"{path}: --find-max-rate needs an slo section (ttft_s, tpot_s or "
+                        "e2e_s) to bound the rate")
+    bounds = LatencyBounds(slo.ttft_s, slo.tpot_s, slo.e2e_s, args.percentile)
+    res = find_max_rate(spec, bounds, base_dir=path.parent)
+    if args.format == "json":
+        print(json.dumps({"scale": res.scale, "rate_rps": res.rate_rps,
+                          "percentile": args.percentile,
+                          "probes": [{"scale": s, "met": ok, "violations": v}
+                                     for s, ok, v in res.probes],
+                          "metrics": res.metrics}, indent=2, default=str))
+        return 0
+    if res.metrics is None:
+        print(f"no rate meets the slo at {args.percentile} (lowest probe "
+              f"{res.probes[-1][0]:.3g}x: {'; '.join(res.probes[-1][2])})")
+        return 0
+    t = res.metrics["throughput"]
+    print(f"max rate meeting the slo at {args.percentile}: {res.rate_rps:.4g} req/s "
+          f"({res.scale:.3g}x the spec's rates; {len(res.probes)} simulations)")
+    print(f"there: {_f(t['output_tokens_per_s'])} output tok/s "
+          f"({_f(t['output_tokens_per_s_per_gpu'])} per GPU)")
     return 0
 
 

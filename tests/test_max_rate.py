@@ -1,0 +1,57 @@
+"""serve --find-max-rate: the highest arrival rate whose latency percentiles meet the SLO."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from codesign.cli import main
+from codesign.serving.max_rate import LatencyBounds, find_max_rate, scaled
+from codesign.serving.metrics import compute_metrics
+from codesign.serving.sim import load_serving_spec, simulate_serving
+from codesign.specs.serving import BurstArrival
+
+SPEC = """kind: serving
+name: one-gpu
+seed: 7
+engines:
+  - {name: e, device: h100, count: 1, models: [{model: llama3-8b, plan: {tp: 1}}],
+     scheduler: {name: continuous, max_num_seqs: 64}}
+clients:
+  - name: c
+    model: llama3-8b
+    arrival: {process: poisson, rate_rps: 1.0}
+    num_requests: 40
+    input_tokens: {dist: fixed, value: 512}
+    output_tokens: {dist: fixed, value: 64}
+slo: {ttft_s: 0.5}
+"""
+
+
+def test_max_rate_meets_the_bound_and_the_next_rate_does_not(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(SPEC)
+    spec = load_serving_spec(path)
+    bounds = LatencyBounds(ttft_s=0.5, percentile="p99")
+    res = find_max_rate(spec, bounds, rel_tol=0.05)
+    assert res.scale > 0 and res.metrics is not None
+    assert res.metrics["latency_s"]["ttft"]["p99"] <= 0.5
+    failed = [s for s, ok, _ in res.probes if not ok]
+    assert failed and min(f for f in failed if f > res.scale) <= res.scale * 1.05 + 1e-12
+    # no rate above what the engine can serve flat out: the same requests all at once finish
+    # at the engine's capacity, which bounds any sustainable arrival rate
+    burst = scaled(spec, 1.0).model_copy(update={"clients": [
+        spec.clients[0].model_copy(update={"arrival": BurstArrival(), "num_requests": 2000})]})
+    cap = compute_metrics(simulate_serving(burst), series=False)["throughput"]["requests_per_s"]
+    assert res.rate_rps <= cap * 1.05
+
+
+def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(SPEC)
+    assert main(["serve", str(path), "--find-max-rate", "--requests", "20"]) == 0
+    assert "max rate meeting the slo at p99" in capsys.readouterr().out
+    path.write_text(SPEC.replace("slo: {ttft_s: 0.5}\n", ""))
+    assert main(["serve", str(path), "--find-max-rate"]) == 2
+    assert "needs an slo section" in capsys.readouterr().err
