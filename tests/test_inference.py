@@ -380,7 +380,7 @@ def test_validation_runs_the_shipped_schedulers(monkeypatch: pytest.MonkeyPatch,
     assert calls["static"] >= 16 + 1 + 1 + 1
     assert calls["chunked_prefill"] > 50  # S003: 100 requests of 50 output tokens
     assert {c["case_id"] for c in out["cases"] if c["status"] == "ok"} == {"S001", "S002",
-                                                                           "S003"}
+                                                                           "S003", "S004"}
 
 
 def test_ideal_gpu_static_batch_throughput_is_the_hand_computed_schedule() -> None:
@@ -423,9 +423,12 @@ def test_validate_inference_csv_error_arithmetic(capsys: pytest.CaptureFixture[s
     out = json.loads(capsys.readouterr().out)
     cases = {c["case_id"]: c for c in out["cases"]}
     assert set(cases) == {"S001", "S002", "S003", "S004", "S005"}
-    assert cases["S004"]["status"] == "unsupported" and "serving mode" in cases["S004"]["reason"]
+    # S004: TTFT of 2,048-token prompts at a stated 2 requests/s (online): the prefill step,
+    # queueing only when two Poisson arrivals fall within one prefill (a few percent)
+    assert cases["S004"]["status"] == "ok" and cases["S004"]["metric"] == "ttft_ms"
+    assert any("2 requests/s" in a for a in cases["S004"]["assumptions"])
     assert cases["S005"]["status"] == "unsupported" and "architecture" in cases["S005"]["reason"]
-    for cid in ("S001", "S002", "S003"):
+    for cid in ("S001", "S002", "S003", "S004"):
         c = cases[cid]
         assert c["status"] == "ok", c
         assert c["error_pct"] == pytest.approx(100 * (c["predicted"] - c["measured"])
@@ -446,9 +449,13 @@ def test_validate_inference_csv_error_arithmetic(capsys: pytest.CaptureFixture[s
     assert cases["S002"]["metric"] == "ttft_ms"
     assert cases["S002"]["predicted"] == pytest.approx(1e3 * sc.step_time_s([(128, 0)], []))
     assert cases["S003"]["metric"] == "tokens_per_s"
-    errs = np.abs([cases[c]["error_pct"] for c in ("S001", "S002", "S003")])
+    # S004 at 2 requests/s: the 2,048-token prefill step, plus rare queueing
+    sc7 = StepCostModel.build(load_model("llama2-7b"), gpu, topo, InferencePlan(**fp8))
+    prefill_ms = 1e3 * sc7.step_time_s([(2048, 0)], [])
+    assert prefill_ms <= cases["S004"]["predicted"] <= 1.1 * prefill_ms
+    errs = np.abs([cases[c]["error_pct"] for c in ("S001", "S002", "S003", "S004")])
     summ = out["summary"]
-    assert summ["n"] == 3
+    assert summ["n"] == 4
     assert summ["median_abs_error_pct"] == pytest.approx(np.median(errs))
     assert summ["mean_abs_error_pct"] == pytest.approx(np.mean(errs))
     assert summ["max_abs_error_pct"] == pytest.approx(errs.max())
@@ -457,7 +464,7 @@ def test_validate_inference_csv_error_arithmetic(capsys: pytest.CaptureFixture[s
 def test_validate_inference_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", str(SMALL), "--assumptions"]) == 0
     text = capsys.readouterr().out
-    assert "simulated 3 of 5 cases" in text and "unsupported" in text
+    assert "simulated 4 of 5 cases" in text and "unsupported" in text
     assert "trtllm-bench heuristic" in text
 
 
@@ -518,3 +525,34 @@ def test_shared_inference_rows_against_published_values_and_hand_schedules(
         decode = sum(sc.step_time_s([], [isl + i] * b) for i in range(osl - 1))
         want = b * osl / (prefill + decode) / case.plan.num_gpus
         assert out[case.case_id]["predicted"] == pytest.approx(want, rel=1e-9), case.case_id
+
+
+@pytest.mark.parametrize(("mode_text", "metric_text", "unit", "mode", "metric"), [
+    ("MLPerf Offline", "output tokens/s", "tok/s", "ifb", "tokens_per_s"),
+    ("MLPerf Server", "output tokens/s per GPU", "tokens/s/GPU", "server", "tokens_per_s_gpu"),
+    ("Server (interactive)", "queries per second", "QPS", "server", "requests_per_s"),
+    ("online chat at 2 requests/s", "time to first token", "ms", "online", "ttft_ms"),
+    ("prefill only", "time to first token", "s", "ttft", "ttft_s"),
+    ("decode latency at batch 8", "TPOT", "ms", "tpot", "tpot_ms"),
+    ("decode only", "inter-token latency", "us", "tpot", "tpot_us"),
+    ("offline max-throughput", "throughput per user", "tok/s/user", "ifb",
+     "tokens_per_s_user"),
+    ("trtllm-bench throughput", "total output throughput", "tokens / s", "ifb",
+     "tokens_per_s"),
+])
+def test_serving_modes_and_units_as_written(mode_text: str, metric_text: str, unit: str,
+                                            mode: str, metric: str) -> None:
+    from codesign.validation.inference_cases import metric_of, mode_of
+
+    row = {"serving_mode": mode_text, "measured_metric": metric_text, "unit": unit,
+           "measured_value": "12.5"}
+    assert mode_of(row) == mode
+    assert metric_of(row, mode) == (metric, 12.5)
+
+
+def test_server_bounds() -> None:
+    from codesign.validation.inference_cases import server_bounds
+
+    assert server_bounds({"serving_mode": "MLPerf Server"})[:2] == (2.0, 0.2)
+    assert server_bounds({"serving_mode": "Server interactive"})[:2] == (0.45, 0.04)
+    assert server_bounds({"serving_mode": "server", "notes": "TTFT p99 <= 500 ms"})[0] == 0.5

@@ -63,7 +63,6 @@ from codesign.validation.training_cases import Unsupported
 INFERENCE_MARKER = "serving_mode"
 REQUIRED_COLUMNS = ("case_id", "source", "model", "gpu_type", "tp", "serving_mode",
                     "input_len", "output_len", "measured_value", "unit")
-MODES = ("offline static batch", "batch-1 latency", "offline max-throughput")
 
 #: trtllm-bench dataset sizes per (ISL, OSL) (perf-overview.md, v1.0, "$num_requests" table)
 TRTLLM_BENCH_NUM_REQUESTS: dict[tuple[int, int], int] = {
@@ -72,6 +71,8 @@ TRTLLM_BENCH_NUM_REQUESTS: dict[tuple[int, int], int] = {
     (500, 2000): 3000, (20000, 2000): 1000}
 #: requests when the table has no entry for the row's lengths
 DEFAULT_NUM_REQUESTS = 1000
+#: seconds of Poisson arrivals an online or server row is simulated over (per probe)
+SERVER_WINDOW_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ class InferenceCase:
     case_id: str
     source: str
     framework: str  # trtllm-0.9 | trtllm-1.0 | generic
-    mode: str  # static | ttft | ifb
+    mode: str  # static | ttft | tpot | ifb | server | online
     model: ModelSpec
     gpu: GpuSpec
     topology: TwoTierTopology | FullFlatTopology
@@ -95,6 +96,10 @@ class InferenceCase:
     num_requests: int = DEFAULT_NUM_REQUESTS
     custom_allreduce: bool = True
     assumptions: tuple[str, ...] = field(default=())
+    #: server mode: p99 latency bounds (seconds) the rate must meet
+    latency_bounds_s: tuple[float, float] = (0.0, 0.0)
+    #: online mode: the request rate the row states, requests/s
+    rate_rps: float = 0.0
 
 
 def is_inference_csv(path: Path) -> bool:
@@ -123,37 +128,80 @@ def framework_of(row: dict[str, str]) -> str:
     return "trtllm-1.0"
 
 
+#: (pattern on the lower-cased ``serving_mode`` and ``measured_metric``, mode), first match
+#: wins: ``static`` one static batch; ``ttft`` a prefill step alone (time to first token);
+#: ``tpot`` decode steps of a running batch (time per output token); ``ifb`` every request at
+#: once through an in-flight batching scheduler (offline max throughput, MLPerf Offline);
+#: ``server`` the highest Poisson rate meeting latency bounds (MLPerf Server, "max QPS at an
+#: SLO", :mod:`codesign.serving.max_rate`)
+MODE_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"offline static batch|static batch", "static"),
+    (r"server|online|poisson|qps|queries per second|request rate|req/s|interactive|"
+     r"at (?:an? )?slo|slo-bound|latency-bound", "server"),
+    (r"batch-1 latency|first token|ttft|context phase|prefill", "ttft"),
+    (r"time per output token|tpot|inter-token|itl|decode latency|per output token|"
+     r"generation phase|decode step", "tpot"),
+    (r"in-flight|inflight|max-throughput|max throughput|offline|throughput benchmark|"
+     r"trtllm-bench|benchmark_throughput|continuous batching|aggregated", "ifb"),
+)
+MODES = ("static batch", "time to first token / prefill", "time per output token / decode",
+         "offline / max throughput (MLPerf Offline)", "server / online at an SLO (MLPerf "
+         "Server)")
+
+
 def mode_of(row: dict[str, str]) -> str:
-    """``static``, ``ttft`` or ``ifb`` from the ``serving_mode`` column."""
-    text = row.get("serving_mode", "").lower()
-    if text.startswith("offline static batch"):
-        return "static"
-    if text.startswith("batch-1 latency"):
-        return "ttft"
-    if "in-flight" in text or "inflight" in text or "max-throughput" in text:
-        return "ifb"
-    raise Unsupported(f"serving mode '{row.get('serving_mode', '')}' is not simulated; "
-                      f"supported: {', '.join(MODES)}")
+    """The serving mode a row describes (:data:`MODE_PATTERNS` on ``serving_mode``, then on
+    ``measured_metric``)."""
+    for col in ("serving_mode", "measured_metric"):
+        text = row.get(col, "").lower()
+        for pattern, mode in MODE_PATTERNS:
+            if text and re.search(pattern, text):
+                return "online" if mode == "server" and stated_rate(row) else mode
+    raise Unsupported(f"serving_mode '{row.get('serving_mode', '')}' is not simulated; "
+                      f"supported: {'; '.join(MODES)}")
+
+
+#: (pattern on the normalized unit, metric, factor to the metric's unit); the metric's unit:
+#: seconds for latencies, tokens/s or requests/s for rates
+UNIT_PATTERNS: tuple[tuple[str, str, float], ...] = (
+    (r"^(?:ms|msec|milliseconds?)(?:/tok(?:en)?)?$", "latency", 1e-3),
+    (r"^(?:us|µs|μs|usec|microseconds?)(?:/tok(?:en)?)?$", "latency", 1e-6),
+    (r"^(?:s|sec|seconds?)(?:/tok(?:en)?)?$", "latency", 1.0),
+    (r"^(?:tok(?:en)?s?/s(?:ec)?|tps)/(?:gpu|chip|accelerator|device)$", "tokens_per_s_gpu",
+     1.0),
+    (r"^(?:tok(?:en)?s?/s(?:ec)?|tps)/(?:user|request|req|seq|stream)$", "tokens_per_s_user",
+     1.0),
+    (r"^(?:tok(?:en)?s?/s(?:ec)?|tps)$", "tokens_per_s", 1.0),
+    (r"^(?:req(?:uest)?s?/s(?:ec)?|qps|queries/s|samples/s)$", "requests_per_s", 1.0),
+)
 
 
 def metric_of(row: dict[str, str], mode: str) -> tuple[str, float]:
-    """The metric key and the measured value in the row's unit."""
+    """The metric key and the measured value in the row's unit (kept as the row states it:
+    ``ttft_ms``, ``ttft_s``, ``tpot_ms``, ``tpot_s``, ``tokens_per_s(_gpu)``,
+    ``tokens_per_s_user``, ``requests_per_s``)."""
     value = float_cell(row, "measured_value")
     if value is None or value <= 0:
-        raise Unsupported("no measured value")
-    unit = row.get("unit", "").strip().lower().replace(" ", "")
+        raise Unsupported(f"measured_value {row.get('measured_value', '')!r}: no number")
+    unit = re.sub(r"\s+", "", row.get("unit", "").strip().lower()).replace("tokens", "tok")
+    unit = unit.replace("second", "s").replace("/sec", "/s")
     what = row.get("measured_metric", "").lower()
-    if mode == "ttft" or "first token" in what:
-        if unit == "ms":
-            return "ttft_ms", value
-        if unit == "s":
-            return "ttft_s", value
-        raise Unsupported(f"time to first token in unit '{row.get('unit')}' (expected ms or s)")
-    if unit in ("tok/s/gpu", "tokens/s/gpu") or "per gpu" in what:
-        return "tokens_per_s_gpu", value
-    if unit in ("tok/s", "tokens/s"):
-        return "tokens_per_s", value
-    raise Unsupported(f"unit '{row.get('unit')}' not understood (tok/s/GPU, tok/s, ms, s)")
+    for pattern, kind, factor in UNIT_PATTERNS:
+        if re.match(pattern, unit.replace("tok/", "tok/").replace("toks/", "tok/")):
+            if kind == "latency":
+                which = "tpot" if (mode == "tpot" or re.search(
+                    r"per output token|tpot|inter-token|itl|decode", what)) else "ttft"
+                if which == "ttft" and not (mode in ("ttft", "server")
+                                            or re.search(r"first token|ttft|prefill", what)):
+                    raise Unsupported(f"unit {row.get('unit')!r}: a latency, but measured_metric "
+                                      f"{row.get('measured_metric')!r} names no TTFT or TPOT")
+                name = {1e-3: "ms", 1e-6: "us", 1.0: "s"}[factor]
+                return f"{which}_{name}", value
+            if kind == "tokens_per_s" and "per gpu" in what:
+                return "tokens_per_s_gpu", value
+            return kind, value
+    raise Unsupported(f"unit '{row.get('unit')}' not understood (ms, s, us; tok/s, tok/s/GPU, "
+                      "tok/s/user, req/s, QPS)")
 
 
 def model_of(row: dict[str, str], notes: list[str]) -> ModelSpec:
@@ -289,6 +337,7 @@ def map_row(row: dict[str, str]) -> InferenceCase:
     batch = 1
     kv_fraction = 0.9
     n_req = DEFAULT_NUM_REQUESTS
+    bounds = (0.0, 0.0, "")
     if mode == "static":
         b = int_cell(row, "batch_size")
         if not b:
@@ -300,6 +349,21 @@ def map_row(row: dict[str, str]) -> InferenceCase:
         batch = int_cell(row, "batch_size") or 1
         notes.append("time to first token: the prefill step alone (no queueing, no host "
                      "overhead)")
+    elif mode == "tpot":
+        batch = int_cell(row, "batch_size") or 1
+        notes.append(f"time per output token: decode steps of a batch of {batch} after one "
+                     "prefill step")
+    elif mode == "online":
+        kv_fraction = _kv_fraction(row, fw, notes)
+        notes.append(f"online: Poisson arrivals at the stated {stated_rate(row):g} requests/s, "
+                     f"{int(SERVER_WINDOW_S)} s of them, fixed lengths {isl}/{osl}; the mean "
+                     "of the measured metric")
+    elif mode == "server":
+        kv_fraction = _kv_fraction(row, fw, notes)
+        bounds = server_bounds(row)
+        notes.append(f"server: the highest Poisson rate whose p99 TTFT <= {bounds[0]:g} s and "
+                     f"p99 TPOT <= {bounds[1]:g} s ({bounds[2]}), fixed lengths "
+                     f"{isl}/{osl}")
     else:
         kv_fraction = _kv_fraction(row, fw, notes)
         n_req = TRTLLM_BENCH_NUM_REQUESTS.get((isl, osl), DEFAULT_NUM_REQUESTS)
@@ -309,7 +373,42 @@ def map_row(row: dict[str, str]) -> InferenceCase:
         case_id=row["case_id"], source=row.get("source", ""), framework=fw, mode=mode,
         model=model, gpu=gpu, topology=topo, plan=plan, input_len=isl, output_len=osl,
         metric=metric, value=value, batch_size=batch, kv_fraction=kv_fraction,
-        num_requests=n_req, custom_allreduce=custom_ar, assumptions=tuple(notes))
+        num_requests=n_req, custom_allreduce=custom_ar, assumptions=tuple(notes),
+        latency_bounds_s=(bounds[0], bounds[1]) if mode == "server" else (0.0, 0.0),
+        rate_rps=(stated_rate(row) or 0.0) if mode == "online" else 0.0)
+
+
+def stated_rate(row: dict[str, str]) -> float | None:
+    """A request rate the row states ("online chat at 2 requests/s", "QPS 8", "rate: 4
+    req/s"), requests/s; ``None`` when it states none (a server row then searches it)."""
+    text = " ".join(row.get(k, "") for k in ("serving_mode", "notes")).lower()
+    m = re.search(r"([0-9]*\.?[0-9]+)\s*(?:req(?:uest)?s?/s(?:ec)?|requests per second|qps|"
+                  r"queries/s)", text) or re.search(r"(?:qps|rate)\s*[:=]?\s*([0-9]*\.?[0-9]+)",
+                                                    text)
+    return float(m.group(1)) if m and float(m.group(1)) > 0 else None
+
+
+#: MLPerf Inference latency bounds (TTFT p99 s, TPOT p99 s) by scenario: Llama-2-70B Server
+#: 2 s / 200 ms, its Interactive variant 450 ms / 40 ms (MLPerf Inference rules v4.1-v5.0,
+#: "Benchmarks": llama2-70b and llama2-70b-interactive latency constraints)
+MLPERF_SERVER_BOUNDS = (2.0, 0.2)
+MLPERF_INTERACTIVE_BOUNDS = (0.45, 0.04)
+
+
+def server_bounds(row: dict[str, str]) -> tuple[float, float, str]:
+    """(TTFT bound s, TPOT bound s, where they come from): a bound the row states ("TTFT
+    p99 <= 2 s", "TPOT 40 ms") wins, else MLPerf's for the interactive or server scenario."""
+    text = " ".join(row.get(k, "") for k in ("serving_mode", "notes", "measured_metric"))
+    low = text.lower()
+    base = MLPERF_INTERACTIVE_BOUNDS if "interactive" in low else MLPERF_SERVER_BOUNDS
+    where = "MLPerf interactive" if "interactive" in low else "MLPerf server"
+    out = list(base)
+    for i, name in enumerate(("ttft", "tpot")):
+        m = re.search(rf"{name}[^0-9]{{0,20}}?([0-9.]+)\s*(ms|s)\b", low)
+        if m:
+            out[i] = float(m.group(1)) * (1e-3 if m.group(2) == "ms" else 1.0)
+            where = "as the row states"
+    return out[0], out[1], where
 
 
 def iter_cases(path: Path) -> Iterator[tuple[dict[str, str], InferenceCase | str]]:

@@ -52,12 +52,13 @@ from codesign.specs.serving import (
     EngineSpec,
     FixedLength,
     ModelEntrySpec,
+    PoissonArrival,
     SchedulerSpec,
     ServingSpec,
     StaticSchedulerSpec,
 )
 from codesign.units import GiB
-from codesign.validation.inference_cases import InferenceCase
+from codesign.validation.inference_cases import SERVER_WINDOW_S, InferenceCase
 from codesign.validation.training_cases import Unsupported
 from codesign.workload.params import param_counts
 
@@ -99,7 +100,7 @@ def _engine_settings(case: InferenceCase, notes: list[str]) -> tuple[SchedulerSp
                                                                       dict[str, Any], int]:
     """(scheduler, model-entry engine settings, requests) for the case's serving mode."""
     settings: dict[str, Any] = {"custom_allreduce": case.custom_allreduce}
-    if case.mode in ("static", "ttft"):
+    if case.mode in ("static", "ttft", "tpot"):
         batch = case.batch_size
         settings["kv_cache_fraction"] = 1.0
         notes.append(f"serving simulator: static scheduler, one batch of {batch}, contiguous "
@@ -127,17 +128,42 @@ def _engine_settings(case: InferenceCase, notes: list[str]) -> tuple[SchedulerSp
 
 
 def serving_spec(case: InferenceCase, notes: list[str] | None = None) -> ServingSpec:
-    """The serving spec that reproduces the row's benchmark (see module docstring)."""
+    """The serving spec that reproduces the row's benchmark (see module docstring); in server
+    mode the client is Poisson at 1 request/s over
+    :data:`~codesign.validation.inference_cases.SERVER_WINDOW_S`, the rate that
+    :func:`~codesign.serving.max_rate.find_max_rate` scales; in online mode it is Poisson at
+    the row's stated rate over the same window."""
     notes = notes if notes is not None else []
     scheduler, settings, requests = _engine_settings(case, notes)
     entry = ModelEntrySpec(model=case.model, plan=case.plan, **settings)
     engine = EngineSpec(name="engine", device=case.gpu, count=case.plan.num_gpus,
                         topology=case.topology, models=[entry], scheduler=scheduler)
-    client = ClientSpec(name="benchmark", model=case.model.name, arrival=BurstArrival(),
+    arrival: Any = BurstArrival()
+    if case.mode == "server":
+        arrival, requests = PoissonArrival(rate_rps=1.0), int(SERVER_WINDOW_S)
+    elif case.mode == "online":
+        arrival = PoissonArrival(rate_rps=case.rate_rps)
+        requests = max(1, round(case.rate_rps * SERVER_WINDOW_S))
+    client = ClientSpec(name="benchmark", model=case.model.name, arrival=arrival,
                         num_requests=requests,
                         input_tokens=FixedLength(value=case.input_len),
                         output_tokens=FixedLength(value=case.output_len))
-    return ServingSpec(name=case.case_id, engines=[engine], clients=[client])
+    return ServingSpec(name=case.case_id, engines=[engine], clients=[client], seed=0)
+
+
+def _server(case: InferenceCase, spec: ServingSpec, notes: list[str]) -> tuple[float,
+                                                                                 list[str]]:
+    """Server mode: the metric at the highest rate meeting the row's latency bounds."""
+    from codesign.serving.max_rate import LatencyBounds, find_max_rate
+    ttft, tpot = case.latency_bounds_s
+    res = find_max_rate(spec, LatencyBounds(ttft_s=ttft, tpot_s=tpot, percentile="p99"))
+    if res.metrics is None:
+        raise InfeasiblePlan("no arrival rate meets the latency bounds")
+    notes.append(f"max rate {res.rate_rps:.4g} req/s ({len(res.probes)} simulations)")
+    t = res.metrics["throughput"]
+    return float({"tokens_per_s_gpu": t["output_tokens_per_s_per_gpu"],
+                  "tokens_per_s": t["output_tokens_per_s"],
+                  "requests_per_s": res.rate_rps}.get(case.metric, math.nan)), notes
 
 
 def predict(case: InferenceCase) -> tuple[float, list[str]]:
@@ -145,6 +171,11 @@ def predict(case: InferenceCase) -> tuple[float, list[str]]:
     was obtained. Raises :class:`InfeasiblePlan` for a plan or batch that does not fit."""
     notes: list[str] = []
     spec = serving_spec(case, notes)
+    if case.mode == "server":
+        if case.metric not in ("tokens_per_s_gpu", "tokens_per_s", "requests_per_s"):
+            raise Unsupported(f"metric {case.metric} of a server scenario (its throughput "
+                              "at the highest rate meeting the bounds is simulated)")
+        return _server(case, spec, notes)
     try:
         result = simulate_serving(spec)
     except SpecError as exc:  # the spec is valid: building the engine found the plan too big
@@ -165,9 +196,12 @@ def predict(case: InferenceCase) -> tuple[float, list[str]]:
     notes.append(f"{rep['steps']} steps, {rep['preemptions']} preemptions, KV peak "
                  f"{100 * rep['kv_occupancy_peak']:.0f}% of {rep['kv_blocks']} blocks of "
                  f"{rep['kv_block_tokens']} tokens")
-    if case.metric in ("ttft_ms", "ttft_s"):
-        ttft = m["latency_s"]["ttft"]["mean"]
-        return (ttft * 1e3 if case.metric == "ttft_ms" else ttft), notes
+    scale = {"ms": 1e3, "us": 1e6, "s": 1.0}
+    if case.metric.startswith(("ttft_", "tpot_")):
+        which, unit = case.metric.split("_")
+        return m["latency_s"][which]["mean"] * scale[unit], notes
+    if case.metric == "tokens_per_s_user":
+        return 1.0 / m["latency_s"]["tpot"]["mean"], notes
     tput = m["throughput"]
     if case.mode == "static":
         decode = inst.steps[-1][1] - inst.steps[0][1]
