@@ -404,7 +404,7 @@ def server_bounds(row: dict[str, str]) -> tuple[float, float, str]:
     where = "MLPerf interactive" if "interactive" in low else "MLPerf server"
     out = list(base)
     for i, name in enumerate(("ttft", "tpot")):
-        m = re.search(rf"{name}[^0-9]{{0,20}}?([0-9.]+)\s*(ms|s)\b", low)
+        m = re.search(rf"{name}(?:\s*\(?p\d+\)?)?[^0-9]{{0,20}}?([0-9.]+)\s*(ms|s)\b", low)
         if m:
             out[i] = float(m.group(1)) * (1e-3 if m.group(2) == "ms" else 1.0)
             where = "as the row states"
