@@ -60,4 +60,30 @@ def pool_init(init: Callable[..., Any] | None = None, *args: Any) -> dict[str, A
     return {"initializer": _run_init, "initargs": (os.getpid(), init, *args)}
 
 
-__all__ = ["WATCH_PARENT_S", "exit_with_parent", "no_cyclic_gc", "pool_init"]
+def progress_bar(total: int, desc: str, unit: str, enabled: bool = True
+                 ) -> Callable[[int], None]:
+    """A progress bar on stderr (tqdm): call it with the count just done; it closes when the
+    total is reached (or on -1). It shows only on a terminal (tqdm's ``disable=None``) and when
+    ``enabled``; otherwise the calls do nothing."""
+    if not enabled or total <= 1:
+        return lambda k: None
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, unit=unit, desc=desc, leave=False, disable=None, dynamic_ncols=True)
+
+    done = 0
+
+    def update(k: int) -> None:
+        nonlocal done
+        if k < 0 or done >= total:
+            bar.close()
+            return
+        done += k
+        bar.update(k)
+        if done >= total:
+            bar.close()
+
+    return update
+
+
+__all__ = ["WATCH_PARENT_S", "exit_with_parent", "no_cyclic_gc", "pool_init", "progress_bar"]

@@ -161,3 +161,25 @@ metrics: [mfu]
     assert "1,250,000 points" in msg and "--max-points" in msg
     assert "not a Dask scheduler" in _one_line_error(capsys, "experiment", "run", str(study),
                                                      "--scheduler", "notaurl")
+
+
+def test_calibrate_needs_rows_of_two_sources(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    rows = (Path(__file__).parents[1] / "experiments" / "validation" /
+            "training_cases.csv").read_text().splitlines()
+    header = tmp_path / "header.csv"
+    header.write_text(rows[0] + "\n")
+    assert "nothing to calibrate" in _one_line_error(capsys, "calibrate", str(header))
+    one = tmp_path / "one.csv"
+    one.write_text("\n".join([rows[0], *[r for r in rows if r.startswith("T023")]]) + "\n")
+    assert "at least 2 sources" in _one_line_error(capsys, "calibrate", str(one))
+
+
+def test_warnings_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    import warnings
+
+    from codesign.cli import _one_line_warning
+
+    text = _one_line_warning(UserWarning("careful"), UserWarning, "x.py", 3, "code()")
+    assert text == "codesign: warning: careful\n"
+    assert warnings.formatwarning is not None

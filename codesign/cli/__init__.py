@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -32,6 +33,12 @@ from codesign.errors import CodesignError
 #: the command modules, in the order of ``codesign --help``
 COMMANDS = (simulate_cmd, validate_cmd, calibrate_cmd, list_cmd, experiment_cmd, plot_cmd,
             search_cmd, serve_cmd, export_cmd, inspect_cmd)
+
+
+def _one_line_warning(message: Warning | str, category: type[Warning], filename: str,
+                      lineno: int, line: str | None = None) -> str:
+    """Warnings as one line, without the source line Python prints by default."""
+    return f"codesign: warning: {message}\n"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -63,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    warnings.formatwarning = _one_line_warning
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -24,12 +24,19 @@ def register(sub: Any) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    from codesign.errors import SpecError
     from codesign.validation.calibrate import calibrate
     from codesign.validation.runner import summarize
     from codesign.validation.training_cases import iter_cases
 
     jobs = jobs_of(args)
     cases = [c for _, c in iter_cases(Path(args.csv)) if not isinstance(c, str)]
+    if not cases:
+        raise SpecError(f"{args.csv}: no row could be simulated; nothing to calibrate on")
+    sources = {c.source for c in cases}
+    if len(sources) < 2:
+        raise SpecError(f"{args.csv}: calibration cross-validates by source and needs rows of "
+                        f"at least 2 sources; these rows have {len(sources)}")
     rep = calibrate(cases, jobs=jobs)
 
     def line(results: list[Any]) -> str:

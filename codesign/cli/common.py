@@ -185,4 +185,7 @@ def default_jobs() -> int:
 def add_progress(ap: argparse.ArgumentParser, default: bool) -> None:
     """``--progress/--no-progress``: a progress bar on stderr."""
     ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=default,
-                    help=f"progress bar on stderr (default: {'on' if default else 'off'})")
+                    help=f"progress bar on stderr, shown on a terminal only (default: "
+                         f"{'on' if default else 'off'})")
+    ap.add_argument("--quiet", dest="progress", action="store_false",
+                    help="no progress bar (as --no-progress)")

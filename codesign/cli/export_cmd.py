@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
-from codesign.cli.common import add_format, add_out, add_run_flags, run_from_args
+from codesign.cli.common import add_format, add_out, add_progress, add_run_flags, run_from_args
 from codesign.errors import SpecError
 
 
@@ -38,6 +37,7 @@ def register(sub: Any) -> None:
     ch.add_argument("--force", action="store_true",
                     help="export a plan that does not fit in HBM (flagged in the metadata)")
     add_format(ch, "the summary of what was written")
+    add_progress(ch, default=True)
     ch.set_defaults(func=cmd_export_chakra)
 
 
@@ -49,13 +49,17 @@ def cmd_export_chakra(args: argparse.Namespace) -> int:
                         "files written)")
     run = run_from_args(args, choose=True)
 
+    from codesign.runtime import progress_bar
+
+    bar = progress_bar(run.num_gpus, "exporting", "rank", args.progress)
+    last = 0
+
     def progress(done: int, total: int) -> None:
-        if sys.stderr.isatty():
-            print(f"\r{done:,}/{total:,} ranks", end="", file=sys.stderr, flush=True)
+        nonlocal last
+        bar(done - last)
+        last = done
 
     result = export_chakra(run, args.out, progress=progress, force=args.force)
-    if sys.stderr.isatty():
-        print(file=sys.stderr)
     if args.format == "json":
         print(json.dumps(result.to_dict(), indent=2))
         return 0

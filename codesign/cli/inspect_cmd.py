@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from codesign.cli.common import add_format
+from codesign.cli.common import add_format, add_progress
 
 
 def register(sub: Any) -> None:
@@ -19,13 +19,14 @@ def register(sub: Any) -> None:
                     "(PREFIX.groups.json when present), with any inconsistency found.")
     ins.add_argument("trace", metavar="TRACE", help="a .et file or a PREFIX")
     add_format(ins)
+    add_progress(ins, default=True)
     ins.set_defaults(func=cmd_inspect)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from codesign.trace.reader import format_summary, summarize
 
-    summary = summarize(args.trace)
+    summary = summarize(args.trace, progress=args.progress)
     if args.format == "json":
         print(json.dumps(summary.to_dict(), indent=2))
     else:

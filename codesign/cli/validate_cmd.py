@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from codesign.cli.common import add_format, output_file
+from codesign.cli.common import add_format, add_progress, output_file
 
 
 def register(sub: Any) -> None:
@@ -31,6 +31,7 @@ def register(sub: Any) -> None:
                      help="write predicted vs measured (PNG/PDF)")
     val.add_argument("--assumptions", action="store_true",
                      help="list the assumptions made for each case (table format)")
+    add_progress(val, default=True)
     val.set_defaults(func=cmd_validate)
 
 
@@ -42,7 +43,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     everything = []
     out: dict[str, Any] = {}
     for path in paths:
-        results = run_csv(path)
+        results = run_csv(path, progress=args.progress)
         everything += results
         summary = summarize(results)
         if args.format == "json":

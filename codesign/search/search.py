@@ -25,7 +25,7 @@ from codesign.api import simulate_run
 from codesign.errors import InfeasiblePlan, SpecError
 from codesign.report.metrics import plan_summary
 from codesign.report.training import BREAKDOWN_KEYS, MEMORY_KEYS, TrainingReport
-from codesign.runtime import pool_init
+from codesign.runtime import pool_init, progress_bar
 from codesign.search.estimate import Estimate, Estimator
 from codesign.search.fields import SearchSpaceBase
 from codesign.search.space import (
@@ -243,17 +243,7 @@ def _estimate_all(en: Enumeration, pool: Executor | None, jobs: int,
 
 
 def _progress_bar(total: int) -> Callable[[int], None]:
-    from tqdm import tqdm
-
-    bar = tqdm(total=total, unit="plan", desc="estimating", leave=False)
-
-    def update(k: int) -> None:
-        if k < 0:
-            bar.close()
-        else:
-            bar.update(k)
-
-    return update
+    return progress_bar(total, "estimating", "plan")
 
 
 def _candidate(en: Enumeration, e: Estimate) -> Candidate:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from codesign.errors import SpecError
+from codesign.runtime import progress_bar
 from codesign.trace.schema import enum_values, message_class, split_records
 from codesign.units import US
 
@@ -106,9 +107,11 @@ def _value(attr: Any) -> Any:
     return list(v.values) if kind.endswith("_list") else v
 
 
-def summarize(trace: str | Path) -> TraceSummary:
-    """Read TRACE (a file or a prefix) and summarize it (see the module docstring)."""
+def summarize(trace: str | Path, progress: bool = False) -> TraceSummary:
+    """Read TRACE (a file or a prefix) and summarize it (see the module docstring);
+    ``progress``: a progress bar over the rank files on a terminal."""
     files, groups_path = trace_files(trace)
+    bar = progress_bar(len(files), "reading", "rank", progress)
     node_names = {v: k for k, v in enum_values("NodeType").items()}
     comm_names = {v: k.lower() for k, v in enum_values("CollectiveCommType").items()}
     nt = enum_values("NodeType")
@@ -123,6 +126,7 @@ def summarize(trace: str | Path) -> TraceSummary:
     recvs: Counter[tuple[int, int, int, int]] = Counter()
     problems: list[str] = []
     for rank, path in files:
+        bar(1)
         meta, trace_nodes = read_trace(path)
         if not out.metadata:
             out.metadata = {"version": meta.version,

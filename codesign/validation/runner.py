@@ -12,11 +12,13 @@ import numpy as np
 from codesign.api import simulate_run
 from codesign.errors import InfeasiblePlan
 from codesign.report.training import TrainingReport
+from codesign.runtime import progress_bar
 from codesign.specs.run import TrainingRun
 from codesign.units import TFLOPS
 from codesign.validation import inference_cases as inf
 from codesign.validation.inference_serving import predict as predict_inference
 from codesign.validation.training_cases import MappedCase, Measurement, Unsupported, iter_cases
+from codesign.validation.training_cases import read_rows as read_training_rows
 
 
 @dataclass(frozen=True)
@@ -148,10 +150,12 @@ def run_inference_case(case: inf.InferenceCase) -> CaseResult:
                       assumptions=[*case.assumptions, *notes])
 
 
-def run_inference_csv(path: Path) -> list[CaseResult]:
+def run_inference_csv(path: Path, progress: bool = False) -> list[CaseResult]:
     """Every row of an inference CSV as a :class:`CaseResult` (never raises per row)."""
     results = []
+    bar = progress_bar(len(inf.read_rows(path)), "validating", "row", progress)
     for row, case in inf.iter_cases(path):
+        bar(1)
         if isinstance(case, str):
             results.append(unsupported(row, case))
             continue
@@ -165,15 +169,19 @@ def run_inference_csv(path: Path) -> list[CaseResult]:
 
 
 def run_csv(path: Path,
-            simulate: Callable[[TrainingRun], TrainingReport] = simulate_run) -> list[CaseResult]:
-    """Every row of a measurement CSV as a :class:`CaseResult` (never raises per row).
+            simulate: Callable[[TrainingRun], TrainingReport] = simulate_run, *,
+            progress: bool = False) -> list[CaseResult]:
+    """Every row of a measurement CSV as a :class:`CaseResult` (never raises per row);
+    ``progress``: a progress bar on a terminal.
 
     A CSV with a ``serving_mode`` column holds inference rows (the columns of
-    ``shared/validation/inference_cases.csv``); any other, training rows."""
+    ``experiments/validation/inference_cases.csv``); any other, training rows."""
     if inf.is_inference_csv(path):
-        return run_inference_csv(path)
+        return run_inference_csv(path, progress)
     results = []
+    bar = progress_bar(len(read_training_rows(path)), "validating", "row", progress)
     for row, case in iter_cases(path):
+        bar(1)
         if isinstance(case, str):
             results.append(unsupported(row, case))
         else:
