@@ -14,6 +14,7 @@ from typing import Any
 
 from codesign.hardware.compute import ComputeModel
 from codesign.network.model import NetworkModel
+from codesign.report.cost import training_cost
 from codesign.report.training import TrainingReport, breakdown_from_categories, gib
 from codesign.specs.gpu import GpuSpec
 from codesign.specs.run import TrainingRun
@@ -104,7 +105,10 @@ def training_report(run: TrainingRun, graph: TrainingGraph, *, step_time_s: floa
         hardware_flops_per_step=graph.hardware_flops_per_step,
         critical_stage=critical_stage, memory_gib=memory_gib,
         measured_ops=list(measured_ops),
-        breakdown_s=breakdown_from_categories(breakdown_s), **run_fields(run))
+        breakdown_s=breakdown_from_categories(breakdown_s),
+        cost=training_cost(n, run.gpu.price_usd_per_hour, run.gpu.tdp_W, t,
+                           graph.tokens_per_step),
+        **run_fields(run))
 
 
 def measured_ops(graph: TrainingGraph, compute: ComputeModel,

@@ -62,6 +62,8 @@ class TrainingReport:
     memory_capacity_gib: float | None = None
     breakdown_s: dict[str, float] = field(default_factory=dict)
     measured_ops: list[str] = field(default_factory=list)  # priced from measured tables
+    #: money and energy of the step (:func:`codesign.report.cost.training_cost`)
+    cost: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -101,7 +103,26 @@ def format_table(r: TrainingReport) -> str:
         lines.append(f"    {k:18s} {r.memory_gib.get(k, 0.0):10.2f}")
     if r.measured_ops:
         lines += ["", f"  from measured tables: {', '.join(r.measured_ops)}"]
+    lines += _cost_lines(r.cost)
     return "\n".join(lines)
+
+
+def _cost_lines(c: dict[str, Any]) -> list[str]:
+    """Cost and energy lines of the table (what is known of them)."""
+    if not c:
+        return []
+    out = [""]
+    if c.get("usd_per_step") is not None:
+        out.append(f"  cost: ${c['usd_per_step']:.4g} per step, "
+                   f"${c['usd_per_trillion_tokens']:,.0f} per trillion tokens "
+                   f"(rental + energy at ${c['electricity_usd_per_kWh']}/kWh)")
+    if c.get("energy_kWh_per_step") is not None:
+        out.append(f"  energy: {c['energy_kWh_per_step']:.4g} kWh per step at "
+                   f"{c['avg_power_kW']:,.0f} kW (board power x PUE {c['pue']}), "
+                   f"{c['MWh_per_trillion_tokens']:,.0f} MWh per trillion tokens")
+    if c.get("missing"):
+        out.append(f"  cost not known: the GPU has no {' or '.join(c['missing'])}")
+    return out
 
 
 def gib(x: float) -> float:

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from codesign.report.cost import device_cost
+
 if TYPE_CHECKING:
     from codesign.serving.records import RequestRecord
     from codesign.serving.sim import ServingResult
@@ -179,7 +181,6 @@ def compute_metrics(result: ServingResult, series: bool = True) -> dict[str, Any
 def _cost(result: ServingResult, sim_s: float, out_tokens: int,
           all_tokens: int) -> dict[str, Any]:
     spec = result.spec
-    hours = sim_s / 3600.0
     rent = power_kwh = 0.0
     missing: list[str] = []
     for eng in spec.engines:
@@ -190,19 +191,21 @@ def _cost(result: ServingResult, sim_s: float, out_tokens: int,
         price = eng.price_usd_per_hour
         if price is None and gpu is not None:
             price = gpu.price_usd_per_hour
-        devices = eng.count
-        if price is None:
+        tdp = gpu.tdp_W if gpu is not None else None
+        # board power of the IT equipment only (PUE 1): serving costs predate the PUE
+        c = device_cost(eng.count, price, tdp, sim_s, spec.electricity_usd_per_kWh, pue=1.0)
+        if c.rental_usd is None:
             missing.append(f"price of {eng.name}'s device")
         else:
-            rent += devices * price * hours
-        tdp = gpu.tdp_W if gpu is not None else None
-        if tdp is None:
+            rent += c.rental_usd
+        if c.energy_kWh is None:
             missing.append(f"tdp_W of {eng.name}'s device")
         else:
-            power_kwh += devices * tdp * hours / 1000.0
+            power_kwh += c.energy_kWh
     for p in spec.cpu_pools:
-        rent += p.nodes * p.price_usd_per_hour * hours
-        power_kwh += p.nodes * p.power_W * hours / 1000.0
+        c = device_cost(p.nodes, p.price_usd_per_hour, p.power_W, sim_s, pue=1.0)
+        rent += c.rental_usd or 0.0
+        power_kwh += c.energy_kWh or 0.0
     energy_usd = power_kwh * spec.electricity_usd_per_kWh
     total = rent + energy_usd
     return {
