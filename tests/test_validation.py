@@ -220,3 +220,46 @@ def test_the_shipped_validation_set_is_the_published_one() -> None:
     for f in files:
         if (shared / f.name).is_file():
             assert f.read_bytes() == (shared / f.name).read_bytes()
+
+
+def test_a_batch_that_does_not_split_over_dp_is_rounded() -> None:
+    from codesign.validation.training_cases import map_row
+
+    row = {**_PROSE_ROW, "tp": "2", "pp": "1", "dp": "4", "global_batch_size": "29",
+           "seq_len": "2048", "zero_fsdp": "distributed optimizer"}
+    case = map_row(row)
+    run = case.candidates[0][0]
+    assert run.parallel.global_batch_size == 28  # nearest multiple of dp 4 to 29
+    assert any("not a multiple of dp 4: 28" in a for a in case.assumptions)
+
+
+def test_no_batch_means_one_sequence_per_gpu() -> None:
+    from codesign.validation.training_cases import map_row
+
+    case = map_row({**_PROSE_ROW, "tp": "2", "pp": "1", "global_batch_size": ""})
+    assert case.candidates[0][0].parallel.global_batch_size == 8
+    assert any("one sequence per GPU" in a for a in case.assumptions)
+
+
+def test_runs_dated_before_2023_have_no_flash_attention() -> None:
+    from codesign.validation.training_cases import map_row
+
+    old = map_row({**_PROSE_ROW, "tp": "2", "pp": "1",
+                   "source": "Black et al. 2022, GPT-NeoX-20B (DeepSpeed)"})
+    new = map_row({**_PROSE_ROW, "tp": "2", "pp": "1", "source": "a DeepSpeed blog, 2024"})
+    assert not old.candidates[0][0].parallel.flash_attention
+    assert new.candidates[0][0].parallel.flash_attention
+
+
+def test_tp_beyond_powers_of_two_when_the_gpu_count_needs_it() -> None:
+    """48 GPUs = 3 x 16 and a batch of 16 sequences: the data-parallel size must divide 16, so
+    TP x PP needs the factor 3; 16 layers give PP no factor 3, so only a TP of 3 or 6
+    (dividing the 12 heads) fits, which the automatic powers-of-two TP values miss."""
+    from codesign.api import build_run
+    from codesign.search.choose import choose_plan
+
+    model = tiny_model(num_layers=16, num_heads=12, hidden_size=768, ffn_hidden_size=3072)
+    run = build_run(model=model, gpu="h100", num_gpus=48, global_batch_size=16)
+    chosen, notes = choose_plan(run, {"global_batch_size": 16})
+    assert chosen.parallel.tp in (3, 6)
+    assert any("beyond powers of two" in n for n in notes)

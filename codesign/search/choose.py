@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from codesign.errors import InfeasiblePlan
+from codesign.search.fields import space_model
 from codesign.search.search import search
-from codesign.search.space import base_run, plan_run
+from codesign.search.space import auto_values, base_run, plan_run
 from codesign.specs.run import TrainingRun
 
 #: engine confirmations of the best estimates (the engine's ranking decides among them)
@@ -32,6 +33,19 @@ def choose_plan(run: TrainingRun, fixed: dict[str, Any] | None = None, *, jobs: 
     fixed = dict(fixed or {})
     result = search(run, fixed=fixed, objective="mfu", top_n=max(confirm, 1),
                     confirm=confirm, jobs=jobs)
+    notes: tuple[str, ...] = ()
+    if result.best is None and "tp" not in fixed:
+        # the automatic TP values are powers of two; a GPU count with another factor (6,144
+        # TPU chips = 3 x 2^11) may need a TP that divides the heads and is not one (PaLM's
+        # 12-way model parallelism): search again with those too
+        spec = type(run.parallel)
+        extra = _tp_divisors(run)
+        if extra:
+            space = space_model(spec).parse({"tp": sorted({*auto_values("tp", run), *extra})},
+                                            "search space")
+            result = search(run, space, fixed=fixed, objective="mfu",
+                            top_n=max(confirm, 1), confirm=confirm, jobs=jobs)
+            notes = (f"TP values beyond powers of two searched: {sorted(extra)}",)
     best = next((c for c in result.candidates
                  if c.report is not None and c.report is result.best), None)
     if best is None or best.point is None:
@@ -45,7 +59,16 @@ def choose_plan(run: TrainingRun, fixed: dict[str, Any] | None = None, *, jobs: 
     summary = " ".join(f"{k}={_value(getattr(par, k))}" for k in free)
     note = (f"plan not stated ({', '.join(free)}): {summary}, the fastest feasible of "
             f"{result.feasible:,} plans that fit (search, engine-confirmed)")
-    return chosen, (note,)
+    return chosen, (note, *notes)
+
+
+def _tp_divisors(run: TrainingRun) -> set[int]:
+    """TP degrees that divide the heads and the GPU count, within the scale-up domain (64 at
+    most), and are not powers of two."""
+    limit = min(getattr(getattr(run.topology, "scale_up", None), "domain_size", run.num_gpus),
+                64, run.num_gpus)
+    return {d for d in range(3, limit + 1) if d & (d - 1) and run.model.num_heads % d == 0
+            and run.num_gpus % d == 0}
 
 
 def _value(v: Any) -> str:

@@ -55,6 +55,7 @@ class Number:
     value: float
     rest: str  # the text after the number (units, qualifiers)
     notes: tuple[str, ...] = ()
+    suffix: str = ""  # the magnitude suffix written after it ("k", "M", ...), if any
 
 
 def read_number(text: str) -> Number | None:
@@ -79,10 +80,11 @@ def read_number(text: str) -> Number | None:
     if not m:
         return None
     value, rest = float(m.group(1)), s[m.end():]
+    suffix = ""
     if rest[:1] in _MAGNITUDE and not rest[1:2].isalpha():
         value *= _MAGNITUDE[rest[0]]
-        rest = rest[1:]
-    return Number(value, rest.strip(), tuple(notes))
+        suffix, rest = rest[0], rest[1:]
+    return Number(value, rest.strip(), tuple(notes), suffix)
 
 
 def read_seconds(text: str) -> Number | None:
@@ -219,11 +221,11 @@ def read_global_batch(text: str, seq_len: int) -> tuple[int, tuple[str, ...]] | 
     if re.match(r"^(?:tokens?|tok)\b", rest) or "token" in rest[:12]:
         # "4M tokens": a power-of-two count written in M/K usually means 2^20/2^10
         tokens = n.value
-        if tokens % seq_len:  # "4M tokens" of 2048-token sequences: M and K meant 2^20, 2^10
-            for dec, binary in ((1e6, 2**20), (1e3, 2**10)):
-                if tokens % dec == 0 and (tokens / dec * binary) % seq_len == 0:
-                    tokens = tokens / dec * binary
-                    break
+        binary = {"M": 2**20, "m": 2**20, "k": 2**10, "K": 2**10}.get(n.suffix)
+        if tokens % seq_len and binary:  # "4M tokens" of 2048-token sequences: M meant 2^20
+            as_binary = tokens / _MAGNITUDE[n.suffix] * binary
+            if as_binary % seq_len == 0:
+                tokens = as_binary
         seqs = round(tokens / seq_len)
         return max(seqs, 1), (*n.notes, f"global batch '{text.strip()}' in tokens: "
                                          f"{seqs} sequences of {seq_len}")

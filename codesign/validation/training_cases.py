@@ -294,14 +294,9 @@ def map_row(row: dict[str, str]) -> MappedCase:
     measurement = measurement_of(row, fw, notes)
     model = model_of(row, fw, notes)
     gpu, topo = gpu_and_topology_of(row, notes)
-    batch = read_global_batch(row.get("global_batch_size", ""), model.seq_len or 2048)
-    if batch is None:
-        raise Unsupported(f"global_batch_size {row.get('global_batch_size', '')!r}: no batch "
-                          "size (sequences or tokens)")
-    gbs = batch[0]
-    notes.extend(batch[1])
     tp, pp = _stated(row, "tp"), _stated(row, "pp")
     cp, ep = _stated(row, "cp"), _stated(row, "ep")
+    gbs = _global_batch(row, model.seq_len or 2048, n, tp, pp, cp, notes)
     dtype = read_precision(row.get("precision", ""))
     plan: dict[str, Any] = dict(global_batch_size=gbs, dtype=dtype, seq_len=model.seq_len)
     sp = read_switch(row.get("sp", ""))
@@ -318,6 +313,7 @@ def map_row(row: dict[str, str]) -> MappedCase:
     plan["sequence_parallel"] = sp
     plan["zero_stage"] = zero
     plan.update(_framework_settings(fw, tp, sp, gpu.name))
+    plan.update(_era_settings(row, fw, notes))
     dp = n // (tp * pp * cp) if tp * pp * cp else 0
     mbs_list = _micro_batch_sizes(row, gbs, dp, notes)
     n_mb = gbs // (mbs_list[0] * dp) if dp and mbs_list[0] else 0
@@ -346,6 +342,32 @@ def map_row(row: dict[str, str]) -> MappedCase:
     return MappedCase(case_id=row["case_id"], source=row.get("source", ""), framework=fw,
                       candidates=tuple(candidates), candidate_notes=tuple(cand_notes),
                       measurement=measurement, assumptions=tuple(notes))
+
+
+def _global_batch(row: dict[str, str], seq_len: int, n: int, tp: int | None, pp: int | None,
+                  cp: int | None, notes: list[str]) -> int:
+    """Sequences per step: the row's (in sequences or tokens); one sequence per GPU when the
+    row gives no batch at all; rounded to the nearest multiple of the data-parallel size when
+    the row's plan fixes it and the stated batch does not divide (frameworks split a batch
+    evenly over the replicas, so the published figure is itself a rounded one)."""
+    cell = row.get("global_batch_size", "")
+    batch = read_global_batch(cell, seq_len)
+    if batch is None:
+        if cell.strip() and not re.fullmatch(r"(?i)not stated|n/?a|\?|-|unknown", cell.strip()):
+            raise Unsupported(f"global_batch_size {cell!r}: no batch size (sequences or "
+                              "tokens)")
+        notes.append(f"global batch not given: one sequence per GPU ({n})")
+        return n
+    gbs = batch[0]
+    notes.extend(batch[1])
+    dp = _stated(row, "dp")
+    if dp is None and tp and pp:
+        dp = n // (tp * pp * (cp or 1)) or None
+    if dp and gbs % dp:
+        rounded = max(dp, round(gbs / dp) * dp)
+        notes.append(f"global batch {gbs} is not a multiple of dp {dp}: {rounded}")
+        gbs = rounded
+    return gbs
 
 
 def _searched_case(row: dict[str, str], fw: str, notes: list[str], measurement: Measurement,
@@ -379,6 +401,7 @@ def _searched_case(row: dict[str, str], fw: str, notes: list[str], measurement: 
                  overlap_param_gather=defaults.overlap_param_gather,
                  tp_comm_overlap=False)
     fixed.update(_framework_settings(fw, 2, True, gpu.name))
+    fixed.update(_era_settings(row, fw, notes))
     if fixed["tp_comm_overlap"]:
         del fixed["tp_comm_overlap"]
     base = TrainingRun(model=model, gpu=gpu, topology=topo, num_gpus=n,
@@ -415,6 +438,29 @@ def _zero_stage(cell: str, fw: str, notes: list[str]) -> int:
         return 2
     notes.append(note)
     return stage
+
+
+#: FlashAttention (Dao et al., arXiv 2205.14135, May 2022) reached the training frameworks in
+#: 2023 (Megatron-Core, NeMo, llm-foundry, DeepSpeed via Megatron-DeepSpeed); runs published
+#: up to 2022 (OPT, BLOOM, GPT-NeoX, MT-NLG) used unfused softmax attention
+FLASH_FROM_YEAR = 2023
+
+
+def source_year(row: dict[str, str]) -> int | None:
+    """The first year (2015-2039) the row's source names, or ``None``."""
+    m = re.search(r"\b(20[1-3]\d)\b", row.get("source", ""))
+    return int(m.group(1)) if m else None
+
+
+def _era_settings(row: dict[str, str], fw: str, notes: list[str]) -> dict[str, Any]:
+    """Settings a run's date fixes: no fused flash attention before :data:`FLASH_FROM_YEAR`
+    (Megatron-LM 2021-22 rows already have it off)."""
+    year = source_year(row)
+    if fw == "megatron-2021" or year is None or year >= FLASH_FROM_YEAR:
+        return {}
+    notes.append(f"source dated {year}: unfused softmax attention (FlashAttention reached the "
+                 f"frameworks in {FLASH_FROM_YEAR})")
+    return {"flash_attention": False}
 
 
 def _framework_settings(fw: str, tp: int, sp: bool, gpu_name: str) -> dict[str, Any]:
