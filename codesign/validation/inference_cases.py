@@ -50,14 +50,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from codesign.errors import SpecError
-from codesign.specs.catalog import load_gpu, load_model, load_topology, resolve_system
+from codesign.specs.catalog import load_model, load_topology
 from codesign.specs.gpu import GpuSpec
 from codesign.specs.inference import InferencePlan
 from codesign.specs.model import ModelSpec, MoESpec
 from codesign.specs.topology import FullFlatTopology, TwoTierTopology
 from codesign.validation.csvrows import float_cell, int_cell
 from codesign.validation.csvrows import read_rows as _read_rows
-from codesign.validation.training_cases import Unsupported
+from codesign.validation.training_cases import Unsupported, gpu_of
 
 #: a CSV with this column holds inference rows
 INFERENCE_MARKER = "serving_mode"
@@ -305,15 +305,10 @@ def map_row(row: dict[str, str]) -> InferenceCase:
     mode = mode_of(row)
     metric, value = metric_of(row, mode)
     model = model_of(row, notes)
-    try:
-        found = resolve_system(row["gpu_type"])
-        gpu = load_gpu(found.gpu)
-    except SpecError as exc:
-        raise Unsupported(f"gpu_type {row['gpu_type']!r}: {exc}") from None
-    notes.extend(found.notes)
-    topo = load_topology(found.topology or gpu.default_topology)
-    notes.append(f"system: {topo.name}" + ("" if found.topology else " (the GPU's standard "
-                                                                       "system)"))
+    gpu, system = gpu_of(row, notes)
+    topo = load_topology(system)
+    notes.append(f"system: {topo.name}" + (" (the GPU's standard system)"
+                                           if system == gpu.default_topology else ""))
     tp, pp = int_cell(row, "tp") or 1, int_cell(row, "pp") or 1
     ep = int_cell(row, "ep") or 1
     if model.moe is not None and not row.get("ep", "").strip():

@@ -246,15 +246,23 @@ def _stated(row: dict[str, str], col: str) -> int | None:
     return int_cell(row, col)
 
 
-def gpu_and_topology_of(row: dict[str, str], notes: list[str]) -> tuple[GpuSpec, Any]:
-    """The row's GPU and its system (the one place a row's hardware is read)."""
+def gpu_of(row: dict[str, str], notes: list[str]) -> tuple[GpuSpec, str]:
+    """The GPU a row's ``gpu_type`` names and the system it implies (a named system or cloud
+    instance, else the GPU's usual one), through the one name resolver; training and inference
+    rows read their hardware here."""
     try:
         found = resolve_system(row["gpu_type"])
         gpu = load_gpu(found.gpu)
     except SpecError as exc:
         raise Unsupported(f"gpu_type {row['gpu_type']!r}: {exc}") from None
     notes.extend(found.notes)
-    topo = load_topology(topology_of(row, found.topology or gpu.default_topology, notes))
+    return gpu, found.topology or gpu.default_topology
+
+
+def gpu_and_topology_of(row: dict[str, str], notes: list[str]) -> tuple[GpuSpec, Any]:
+    """The row's GPU and its system, with the network the row describes."""
+    gpu, system = gpu_of(row, notes)
+    topo = load_topology(topology_of(row, system, notes))
     return gpu, with_stated_nic(topo, row, notes)
 
 
