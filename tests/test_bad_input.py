@@ -183,3 +183,25 @@ def test_warnings_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     text = _one_line_warning(UserWarning("careful"), UserWarning, "x.py", 3, "code()")
     assert text == "codesign: warning: careful\n"
     assert warnings.formatwarning is not None
+
+
+def test_a_transfer_far_from_time_zero_finishes() -> None:
+    """At t = 1e15 s a float clock cannot advance by a millisecond: a shared channel used to
+    reschedule its finishing timer forever (found by benchmarks/fuzz_inputs.py)."""
+    import simpy
+
+    from codesign.serving.tiers import FairShareChannel
+
+    env = simpy.Environment(initial_time=1e15)
+    ch = FairShareChannel(env, "c", rate=1e9)
+    done = ch.transfer(1e6)  # 1 ms of work, below ulp(1e15) = 0.125 s
+    env.run(until=done)
+    assert ch.done and ch.done[0].remaining == 0.0
+
+
+def test_a_study_whose_sweep_is_not_a_list(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    study = tmp_path / "s.yaml"
+    study.write_text((Path(__file__).parents[1] / "experiments" / "overlap.yaml").read_text()
+                     + "\nsmoke: {sweep: 1.0e+308}\n")
+    assert "smoke.sweep" in _one_line_error(capsys, "experiment", "show", str(study))

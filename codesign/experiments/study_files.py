@@ -56,7 +56,9 @@ def _absolutize(data: dict[str, Any], base_dir: Path) -> None:
     for holder in (data, data.get("smoke")):
         if isinstance(holder, dict):
             sweep = holder.get("sweep")
-            blocks += [sweep] if isinstance(sweep, dict) else (sweep or [])
+            # anything else is left for the spec's validation to name
+            blocks += [sweep] if isinstance(sweep, dict) else (
+                sweep if isinstance(sweep, list) else [])
     smoke = data.get("smoke")
     if isinstance(smoke, dict) and isinstance(smoke.get("base"), dict):
         for kind in ENTRY_KINDS:

@@ -91,7 +91,11 @@ class FairShareChannel:
             return
         self._advance()
         # finished: within a picosecond of work at the current share
-        tol = self._share() * 1e-12 + 1e-12 * max(t.amount for t in self.active)
+        # or whose remaining time is below the clock's resolution at this time (far from t = 0
+        # a float clock cannot advance by less than ulp(now): the timer fires without time
+        # passing, and the transfer would never progress)
+        tol = self._share() * (1e-12 + 2 * math.ulp(self.env.now)) \
+            + 1e-12 * max(t.amount for t in self.active)
         finished = [t for t in self.active if t.remaining <= tol]
         self.active = [t for t in self.active if t.remaining > tol]
         now = self.env.now
