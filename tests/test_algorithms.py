@@ -170,7 +170,7 @@ def _registered_classes() -> Iterator[type[CollectiveAlgorithm]]:
 def test_every_module_registers_its_algorithm_and_the_plan_names_are_the_registry_s() -> None:
     classes = list(_registered_classes())
     assert {c.name for c in classes} == {"auto", "ring", "tree", "in_network", "hierarchical",
-                                         "direct", "measured"}
+                                         "direct", "measured", "torus_ring", "torus_multiring"}
     for cls in classes:
         assert type(algorithm(cls.name)) is cls
     # the names a plan may request (the built-in ones stated at the spec layer, which may not

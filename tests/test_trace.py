@@ -750,3 +750,24 @@ def test_inspect_reads_stage_style_point_to_point(tmp_path: Path) -> None:
     s = summarize(tmp_path / "stage")
     assert s.ranks == 2 and s.problems == []
     assert s.p2p == {"send": {"count": 1, "bytes": 4096}, "recv": {"count": 1, "bytes": 4096}}
+
+
+def test_a_torus_domain_exports_one_ring_per_slice_dimension(tmp_path: Path) -> None:
+    """64 TPU v5p chips: a 4x4x4 slice, three ASTRA-sim Ring dimensions of one link each
+    (600 GB/s per chip over six links = 100 GB/s); TP 4 spans the first, PP 2 the last."""
+    run = build_run(model=tiny_model(), gpu="tpu-v5p", topology="tpu-v5p-pod", num_gpus=64,
+                    tp=4, pp=2, global_batch_size=64)
+    net = yaml.safe_load(network_yaml(run, 64))
+    assert net["topology"] == ["Ring", "Ring", "Ring"]
+    assert net["npus_count"] == [4, 4, 4]
+    assert net["bandwidth"] == [pytest.approx(100 * 1e9 / 2**30, rel=1e-5)] * 3
+    assert net["latency"] == [pytest.approx(1900)] * 3  # a Ring charges its real hops
+    assert system_json(run, 64)["all-reduce-implementation"] == ["ring"] * 3
+    export_chakra(run, tmp_path / "t")
+    _, nodes = decode(tmp_path / "t.0.et")
+    groups = json.loads((tmp_path / "t.groups.json").read_text())
+    dims = {len(groups[attrs(n)["pg_name"]]): tuple(attrs(n)["involved_dim"])
+            for n in nodes if "pg_name" in attrs(n)}
+    # TP 4: x; DP 8 (ranks 4 apart): y and the first half of z; PP: the top of z
+    assert dims[4] == (True, False, False)
+    assert dims[8] == (False, True, True)

@@ -43,9 +43,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from math import prod
 from typing import TYPE_CHECKING
 
 from codesign.network import algorithms as registry
+from codesign.network import torus
 from codesign.network.algorithms.base import CollectiveAlgorithm
 from codesign.network.algorithms.direct import all_to_all, p2p
 from codesign.network.algorithms.hierarchical import HIERARCHICAL_PHASES, hierarchical
@@ -180,6 +182,11 @@ class NetworkModel:
         self.folded = False
         self._out_tiers: dict[str, Tier] = {}
         self._cache: dict[tuple[str, str, float], CommCost] = {}
+        #: a group's ``(size, stride)`` rank generators where they are not the layout's dims
+        #: (folded expert groups), for the torus geometry
+        self._generators: dict[str, tuple[tuple[int, int], ...]] = {}
+        self._geometries: dict[str, torus.Geometry] = {}
+        self._torus_shape: tuple[int, ...] | None = None
         if isinstance(topology, FullFlatTopology):
             self.domain_size = layout.world
             self._up = Tier.of_link("fullflat", topology, log_tree=True)
@@ -187,6 +194,9 @@ class NetworkModel:
             up = topology.scale_up
             self.domain_size = up.domain_size
             self._up = Tier.of_link("scale_up", up, log_tree=False)
+            if up.torus is not None:
+                self._torus_shape = torus.slice_shape(up.torus.dims,
+                                                      min(layout.world, up.domain_size))
 
     @classmethod
     def from_parallelism(
@@ -213,6 +223,10 @@ class NetworkModel:
             model.folded = True
             model._placements.update(folded_expert_groups(
                 p.tp, p.cp, dp, p.ep, p.expert_tp, model.domain_size))
+            edp = max(p.tp * p.cp * dp // (p.ep * p.expert_tp), 1)
+            model._generators.update({"ep": ((p.ep, p.expert_tp),),
+                                      "edp": ((edp, p.ep * p.expert_tp),),
+                                      "edp_cp": ((edp, p.ep * p.expert_tp),)})
         return model
 
     # --- groups ----------------------------------------------------------------------------
@@ -238,9 +252,11 @@ class NetworkModel:
         assert isinstance(self.topology, TwoTierTopology)
         out = self.topology.scale_out
         bandwidth = gbps_to_bytes_per_s(out.nic_bandwidth_Gbps)
-        if out.full_bisection_gpus is not None and p.span > out.full_bisection_gpus:
-            bandwidth /= out.oversubscription
         hops = 2 * out.switch_tiers - 1
+        if out.rail_optimized and self._same_rail(group, p):
+            hops = 1  # one rail's leaf switch joins the whole group, untapered
+        elif out.full_bisection_gpus is not None and p.span > out.full_bisection_gpus:
+            bandwidth /= out.oversubscription
         tier = Tier(
             name="scale_out",
             bandwidth=bandwidth,
@@ -290,6 +306,11 @@ class NetworkModel:
             if hit is not None:
                 return hit
 
+        if self._torus_shape is not None:
+            if in_domain and (kind != "p2p" or p.aligned):
+                return self._torus_cost(kind, group, size)
+            up = self._torus_tier(group)
+
         if kind == "p2p":
             # Pipeline-style neighbours: intra-domain only if every neighbour pair of every
             # group is inside a domain; otherwise the slowest (scale-out) hop sets the pace.
@@ -313,6 +334,80 @@ class NetworkModel:
             return flat
         hier = self._best_hierarchical(kind, k, p.num_domains, size, up, out)
         return self._requested.pick(flat, hier)
+
+    # --- torus scale-up domains ------------------------------------------------------------
+
+    def geometry(self, group: str) -> torus.Geometry:
+        """Where rank 0's ``group`` lies in the torus slice (members inside the slice only)."""
+        g = self._geometries.get(group)
+        if g is None:
+            assert self._torus_shape is not None, "not a torus scale-up domain"
+            ids = torus.members(self._group_generators(group), prod(self._torus_shape))
+            wrap = self.topology.scale_up.torus.wrap_from  # type: ignore[union-attr]
+            g = self._geometries[group] = torus.geometry(ids, self._torus_shape, wrap)
+        return g
+
+    @property
+    def torus_shape(self) -> tuple[int, ...] | None:
+        """The job's torus slice shape on a torus scale-up domain, else ``None``."""
+        return self._torus_shape
+
+    def _group_generators(self, group: str) -> tuple[tuple[int, int], ...]:
+        """``(size, stride)`` pairs whose digit sums are the rank ids of rank 0's group."""
+        return self._generators.get(group) or tuple(
+            (self.layout.size(d), self.layout.stride(d)) for d in group_dims(group))
+
+    def _same_rail(self, group: str, p: GroupPlacement) -> bool:
+        """Whether every member of ``group`` has the same local rank in its domain (one rail
+        of a rail-optimized fabric) and the group fits in one rail block."""
+        assert isinstance(self.topology, TwoTierTopology)
+        out = self.topology.scale_out
+        d = self.domain_size
+        if not all(n <= 1 or s % d == 0 for n, s in self._group_generators(group)):
+            return False
+        return out.rail_block_gpus is None or p.span <= out.rail_block_gpus
+
+    def _link_bandwidth(self) -> float:
+        """Bytes/s per torus link per direction (the chip's bandwidth over its links)."""
+        assert self._torus_shape is not None
+        return self._up.bandwidth / (2 * len(self._torus_shape))
+
+    def _torus_cost(self, kind: str, group: str, size: float) -> CommCost:
+        g = self.geometry(group)
+        link = self._link_bandwidth() * self._up.efficiency(size)
+        link = max(link, 1e-30)
+        alpha = self._up.alpha
+        if kind in ("p2p", "all_to_all"):
+            return CommCost(torus.collective_time(kind, g, size, link, alpha, False), "direct",
+                            self._up.name)
+        ring = torus.collective_time(kind, g, size, link, alpha, False)
+        if self.algorithm == "ring":
+            return CommCost(ring, "torus_ring", self._up.name)
+        multi = torus.collective_time(kind, g, size, link, alpha, True)
+        return (CommCost(multi, "torus_multiring", self._up.name) if multi < ring
+                else CommCost(ring, "torus_ring", self._up.name))
+
+    def _torus_tier(self, group: str) -> Tier:
+        """The scale-up tier a group spanning several slices sees inside its slice: the ring
+        bandwidth that moves a reduce-scatter as fast as the torus does for its in-slice
+        members."""
+        tier = self._out_tiers.get("torus:" + group)
+        if tier is not None:
+            return tier
+        g = self.geometry(group)
+        link = self._link_bandwidth()
+        if g.size > 1:
+            t = torus.reduce_scatter_time(g, 1.0, link, 0.0, self.algorithm != "ring")
+            bandwidth = (g.size - 1) / g.size / t
+        else:
+            bandwidth = link
+        up = self._up
+        tier = Tier(name=up.name, bandwidth=bandwidth, alpha=up.alpha,
+                    efficiency_max=up.efficiency_max,
+                    efficiency_half_size=up.efficiency_half_size, in_network=False,
+                    log_tree=False)
+        self._out_tiers["torus:" + group] = tier
+        return tier
 
     def group_tier(self, kind: str, p: GroupPlacement) -> str:
         """Tier a ``kind`` collective on placement ``p`` runs on (for measured lookups)."""

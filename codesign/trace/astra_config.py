@@ -10,10 +10,12 @@ memory.
 
 from __future__ import annotations
 
+from math import prod
 from typing import Any
 
 from codesign import __version__
 from codesign.errors import SpecError
+from codesign.network.torus import slice_shape
 from codesign.specs.run import TrainingRun
 from codesign.specs.topology import FullFlatTopology
 from codesign.units import GB, TFLOPS
@@ -34,11 +36,27 @@ MAX_GROUP_ID = (2**31 - 1) // 1_000_000
 MEMORY_JSON: dict[str, Any] = {"memory-type": "NO_MEMORY_EXPANSION"}
 
 
+def torus_rings(topology: Any, world: int) -> tuple[int, ...]:
+    """The ``Ring`` dimensions of a torus scale-up domain as exported: the job's slice shape
+    (:func:`codesign.network.torus.slice_shape`) without its one-chip dimensions; ``()`` for a
+    switched domain."""
+    torus = getattr(getattr(topology, "scale_up", None), "torus", None)
+    if torus is None:
+        return ()
+    shape = slice_shape(torus.dims, min(world, topology.scale_up.domain_size))
+    return tuple(n for n in shape if n > 1)
+
+
 def network_dims(topology: Any, world: int) -> int:
-    """Dimensions of the exported ASTRA-sim network (1: one switch; 2: scale-up + out)."""
-    if isinstance(topology, FullFlatTopology) or world <= topology.scale_up.domain_size:
+    """Dimensions of the exported ASTRA-sim network (1: one switch; 2: scale-up + out; a torus
+    domain: one ``Ring`` per slice dimension, plus the scale-out switch across slices)."""
+    if isinstance(topology, FullFlatTopology):
         return 1
-    return 2
+    rings = torus_rings(topology, world)
+    inside = world <= topology.scale_up.domain_size
+    if rings:
+        return len(rings) + (0 if inside else 1)
+    return 1 if inside else 2
 
 
 def _bandwidth(gbps: float) -> str:
@@ -70,6 +88,9 @@ def network_yaml(run: TrainingRun, world: int) -> str:
                   f"latency: [ {_latency_ns(topo.latency_us)} ]"]
         return "\n".join(lines) + "\n"
     up, out = topo.scale_up, topo.scale_out
+    rings = torus_rings(topo, world)
+    if rings:
+        return "\n".join(lines + _torus_lines(topo, world, rings)) + "\n"
     if network_dims(topo, world) == 1:
         lines += [f"# every GPU in one scale-up domain: {up.bandwidth_GBps:g} GB/s, "
                   f"{up.latency_us:g} us",
@@ -91,6 +112,30 @@ def network_yaml(run: TrainingRun, world: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _torus_lines(topo: Any, world: int, rings: tuple[int, ...]) -> list[str]:
+    """Network-file lines of a torus domain: one ``Ring`` per slice dimension at one link's
+    bandwidth (the chip's over its ``2k`` links) and the per-hop latency (a ``Ring`` charges
+    its real hop count), then the scale-out switch when the job spans several slices."""
+    up, out = topo.scale_up, topo.scale_out
+    link = up.bandwidth_GBps / (2 * len(up.torus.dims))
+    kinds, counts = ["Ring"] * len(rings), list(rings)
+    bws, lats = [_bandwidth(link)] * len(rings), [f"{up.latency_us * 1e3:.6g}"] * len(rings)
+    notes = [f"# torus slice {'x'.join(map(str, rings))}: one Ring per dimension, "
+             f"{link:g} GB/s per link per direction, {up.latency_us:g} us per hop "
+             "(ASTRA-sim's Ring always wraps around: a mesh edge of the slice is drawn closed)"]
+    if world > up.domain_size:
+        out_bw = out.nic_bandwidth_Gbps / 8.0
+        out_lat_us = out.latency_us + out.hop_latency_us * (2 * out.switch_tiers - 1)
+        kinds.append("Switch")
+        counts.append(world // up.domain_size)
+        bws.append(_bandwidth(out_bw))
+        lats.append(_latency_ns(out_lat_us))
+        notes.append(f"# last dim: scale-out between slices, {out_bw:g} GB/s, {out_lat_us:g} us")
+    return [*notes, f"topology: [ {', '.join(kinds)} ]",
+            f"npus_count: [ {', '.join(map(str, counts))} ]",
+            f"bandwidth: [ {', '.join(bws)} ]", f"latency: [ {', '.join(lats)} ]"]
+
+
 def system_json(run: TrainingRun, world: int) -> dict[str, Any]:
     """ASTRA-sim system-layer config: replay the trace's compute durations (roofline off;
     ``peak-perf``/``local-mem-bw`` are the GPU's, for those who switch it on)."""
@@ -109,8 +154,13 @@ def system_json(run: TrainingRun, world: int) -> dict[str, Any]:
 def check_network(run: TrainingRun, world: int) -> None:
     """Refuse a GPU count the two-dimension network file cannot describe."""
     topo = run.topology
-    if network_dims(topo, world) == 2:
-        d = topo.scale_up.domain_size  # type: ignore[union-attr]
+    rings = torus_rings(topo, world)
+    if rings and world <= topo.scale_up.domain_size and prod(rings) != world:  # type: ignore[union-attr]
+        raise SpecError(f"num_gpus: {world} GPUs do not fill a torus slice of topology "
+                        f"'{topo.name}' ({'x'.join(map(str, rings))}), so ASTRA-sim's Ring "
+                        "dimensions cannot describe them")
+    if not isinstance(topo, FullFlatTopology) and world > topo.scale_up.domain_size:
+        d = topo.scale_up.domain_size
         if world % d:
             raise SpecError(f"num_gpus: ASTRA-sim's network file needs the GPU count ({world}) "
                             f"to be a multiple of the scale-up domain size ({d}) of topology "

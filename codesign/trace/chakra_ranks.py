@@ -14,7 +14,7 @@ import numpy as np
 
 from codesign.groups import GROUP_NAMES, group_dims
 from codesign.network.model import NetworkModel
-from codesign.trace.astra_config import network_dims
+from codesign.trace.astra_config import network_dims, torus_rings
 
 #: order in which group kinds get their ids: the group table's
 GROUP_ORDER = GROUP_NAMES
@@ -103,7 +103,16 @@ class Ranks:
 
     def involved_dims(self, group: str) -> list[bool]:
         """Which dimensions of the exported network file a group's collectives use."""
-        if network_dims(self.network.topology, self.world) == 1:
-            return [True]
+        topo = self.network.topology
         place = self.network.placement(group)
+        rings = torus_rings(topo, self.world)
+        if rings:
+            shape = self.network.torus_shape
+            assert shape is not None
+            spanned = set(self.network.geometry(group).axes)
+            dims = [j in spanned for j, n in enumerate(shape) if n > 1]
+            return dims + [place.num_domains > 1] if network_dims(topo, self.world) > len(
+                rings) else dims
+        if network_dims(topo, self.world) == 1:
+            return [True]
         return [place.ranks_per_domain > 1, place.num_domains > 1]

@@ -131,7 +131,11 @@ def bind_dims(run: TrainingRun, unsharded: bool = False) -> dict[str, float]:
     e_gemm = 1.0 if p.dtype == "fp8" else 2.0
     env: dict[str, float] = {
         "b": mbs, "T": tokens, "Tsp": tokens / tp if sp else tokens, "S": seq,
-        "h": m.hidden_size, "e": 2.0, "eg": e_gemm, "tok_e": e_gemm, "ew": e_gemm, "ekv": 2.0,
+        # tokens are dispatched in the activation dtype (BF16) even under FP8 training:
+        # Transformer Engine's FP8 autocast quantizes inside its GEMM modules (the experts'
+        # GroupedLinear), after Megatron-Core's all-to-all token dispatcher has moved the
+        # BF16 hidden states (megatron/core/transformer/moe/token_dispatcher.py)
+        "h": m.hidden_size, "e": 2.0, "eg": e_gemm, "tok_e": 2.0, "ew": e_gemm, "ekv": 2.0,
         "a_t": m.num_heads / tp, "g_t": max(m.kv_heads / tp, 1.0), "d": m.dim_per_head,
         "f_t": m.ffn_hidden_size / tp, "gm": 2.0 if m.mlp == "gated" else 1.0,
         "V_t": m.vocab_size / tp,

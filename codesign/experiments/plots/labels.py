@@ -97,6 +97,9 @@ NAMES: dict[str, str] = {
     "gb200-nvl72": "GB200 NVL72",
     "fullflat-h100": "FullFlat H100",
     "fullflat-gb200": "FullFlat GB200",
+    "torus-gb200": "3D torus GB200",
+    "tpu-v4-pod": "TPU v4 pod", "tpu-v5p-pod": "TPU v5p pod",
+    "tpu-v5e-pod": "TPU v5e pod", "tpu-v6e-pod": "TPU v6e pod",
 }
 
 #: display names of the step-time breakdown components
