@@ -16,7 +16,7 @@ from typing import Any
 from codesign.api import simulate_run
 from codesign.errors import InfeasiblePlan
 from codesign.experiments.axes import Point, plan_settings, resolve_point
-from codesign.experiments.spec import ENTRY_KINDS, ExperimentSpec, load_entry
+from codesign.experiments.spec import COST_METRICS, ENTRY_KINDS, ExperimentSpec, load_entry
 from codesign.report.training import BREAKDOWN_KEYS, MEMORY_KEYS, TrainingReport
 from codesign.specs.parallel import ParallelismSpec
 from codesign.specs.run import TrainingRun
@@ -40,7 +40,7 @@ PLAN_COLUMNS = plan_columns()
 METRIC_COLUMNS = ("step_time_s", "mfu", "hfu", "tokens_per_s", "tflops_per_gpu",
                   "hardware_tflops_per_gpu", "memory_GiB",
                   *(f"memory_GiB.{k}" for k in MEMORY_KEYS),
-                  *(f"breakdown_s.{k}" for k in BREAKDOWN_KEYS))
+                  *(f"breakdown_s.{k}" for k in BREAKDOWN_KEYS), *COST_METRICS)
 #: statuses of a row
 STATUSES = ("ok", "infeasible", "failed")
 
@@ -144,6 +144,9 @@ def _fill_report(row: dict[str, Any], report: TrainingReport, point: Point) -> N
                num_microbatches=report.num_microbatches)
     for k in BREAKDOWN_KEYS:
         row[f"breakdown_s.{k}"] = report.breakdown_s.get(k, 0.0)
+    for col, key in COST_METRICS.items():
+        value = report.cost.get(key)
+        row[col] = NAN if value is None else value
 
 
 def _search_point(row: dict[str, Any], spec: ExperimentSpec, run: TrainingRun,

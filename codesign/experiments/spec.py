@@ -50,9 +50,20 @@ from codesign.specs.run_file import ENTRY_KINDS, RunFile, load_entry
 #: the metric columns of a result row (``breakdown_s.<key>`` and ``memory_GiB.<key>`` too)
 METRICS = ("step_time_s", "mfu", "hfu", "tokens_per_s", "tflops_per_gpu",
            "hardware_tflops_per_gpu", "memory_GiB", "sim_wall_s")
+#: owned-data-center cost columns of a training row -> the report's ``cost`` key
+#: (:func:`codesign.report.cost.training_tco`)
+COST_METRICS: dict[str, str] = {
+    "capex_usd": "tco_capex_usd",
+    "facility_power_kW": "tco_facility_power_kW",
+    "usd_per_trillion_tokens": "tco_usd_per_trillion_tokens",
+    "MWh_per_trillion_tokens": "tco_MWh_per_trillion_tokens",
+    "tokens_per_usd": "tco_tokens_per_usd",
+    "tokens_per_J": "tco_tokens_per_J",
+}
 #: metrics where larger is better (for "best point"); the others are better when smaller
 HIGHER_IS_BETTER = frozenset({"mfu", "hfu", "tokens_per_s", "tflops_per_gpu",
-                              "hardware_tflops_per_gpu"}) | SERVING_HIGHER_IS_BETTER
+                              "hardware_tflops_per_gpu", "tokens_per_usd", "tokens_per_J"}) \
+    | SERVING_HIGHER_IS_BETTER
 #: fields of ``base`` that only a training study has
 TRAINING_BASE_FIELDS = ("model", "gpu", "topology", "num_gpus", "plan")
 
@@ -235,7 +246,7 @@ class ExperimentSpec(Spec):
     def _check_metrics(cls, metrics: list[str], info: ValidationInfo) -> list[str]:
         from codesign.report.training import BREAKDOWN_KEYS, MEMORY_KEYS
 
-        allowed = [*METRICS, *(f"breakdown_s.{k}" for k in BREAKDOWN_KEYS),
+        allowed = [*METRICS, *COST_METRICS, *(f"breakdown_s.{k}" for k in BREAKDOWN_KEYS),
                    *(f"memory_GiB.{k}" for k in MEMORY_KEYS)]
         if info.data.get("kind") == "serving":
             allowed = list(SERVING_METRICS)
@@ -350,6 +361,6 @@ class ExperimentSpec(Spec):
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-__all__ = ["ENTRY_KINDS", "HIGHER_IS_BETTER", "METRICS", "AxisValue", "BaseRun",
+__all__ = ["COST_METRICS", "ENTRY_KINDS", "HIGHER_IS_BETTER", "METRICS", "AxisValue", "BaseRun",
            "ExperimentSpec", "PlotSpec", "SearchSettings", "Smoke", "SweepBlock",
            "list_experiments", "load_entry", "load_experiment"]

@@ -14,7 +14,7 @@ from typing import Any
 
 from codesign.hardware.compute import ComputeModel
 from codesign.network.model import NetworkModel
-from codesign.report.cost import training_cost
+from codesign.report.cost import training_cost, training_tco
 from codesign.report.training import TrainingReport, breakdown_from_categories, gib
 from codesign.specs.gpu import GpuSpec
 from codesign.specs.run import TrainingRun
@@ -106,9 +106,23 @@ def training_report(run: TrainingRun, graph: TrainingGraph, *, step_time_s: floa
         critical_stage=critical_stage, memory_gib=memory_gib,
         measured_ops=list(measured_ops),
         breakdown_s=breakdown_from_categories(breakdown_s),
-        cost=training_cost(n, run.gpu.price_usd_per_hour, run.gpu.tdp_W, t,
-                           graph.tokens_per_step),
+        cost={**training_cost(n, run.gpu.price_usd_per_hour, run.gpu.tdp_W, t,
+                              graph.tokens_per_step),
+              **training_tco(run.topology, run.gpu, n, t, graph.tokens_per_step,
+                             compute_fraction(breakdown_s, t))},
         **run_fields(run))
+
+
+#: engine categories during which the critical stage's accelerator computes
+COMPUTE_CATEGORIES = ("forward", "backward", "recompute", "optimizer")
+
+
+def compute_fraction(breakdown_s: dict[str, float], step_time_s: float) -> float:
+    """Fraction of the step the critical stage's accelerator spends computing (the
+    utilization its power draw follows)."""
+    if step_time_s <= 0:
+        return 0.0
+    return min(1.0, sum(breakdown_s.get(c, 0.0) for c in COMPUTE_CATEGORIES) / step_time_s)
 
 
 def measured_ops(graph: TrainingGraph, compute: ComputeModel,

@@ -122,6 +122,32 @@ def _cost_lines(c: dict[str, Any]) -> list[str]:
                    f"{c['MWh_per_trillion_tokens']:,.0f} MWh per trillion tokens")
     if c.get("missing"):
         out.append(f"  cost not known: the GPU has no {' or '.join(c['missing'])}")
+    out += _tco_lines(c)
+    return out
+
+
+def _tco_lines(c: dict[str, Any]) -> list[str]:
+    """Owned-data-center lines: capital, power, per trillion tokens, the component counts."""
+    if "tco_capex_usd" not in c:
+        return []
+    inv = c.get("inventory", {})
+    out = [f"  owned: {inv.get('gpus', 0):,} accelerators, {inv.get('hosts', 0):,} hosts, "
+           f"{inv.get('nics', 0):,} NICs, {inv.get('switches', 0):,} switches "
+           f"({'/'.join(str(x) for x in inv.get('switches_per_tier', [])) or '-'} per tier), "
+           f"{inv.get('transceivers', 0):,} transceivers, {inv.get('cables', 0):,} cables"
+           + (f", {inv['ocs_ports']:,} OCS ports" if inv.get("ocs_ports") else "")]
+    if c.get("tco_usd_per_step") is not None:
+        out.append(f"  owned cost: ${c['tco_capex_usd'] / 1e6:,.1f}M capital over "
+                   f"{c['amortization_years']:g} years + energy: ${c['tco_usd_per_step']:.4g} "
+                   f"per step, ${c['tco_usd_per_trillion_tokens']:,.0f} per trillion tokens, "
+                   f"{c['tco_tokens_per_usd']:,.0f} tokens/$")
+        out.append(f"  owned power: {c['tco_facility_power_kW']:,.0f} kW facility "
+                   f"({c['tco_it_power_kW']:,.0f} kW IT, accelerators computing "
+                   f"{100 * c['gpu_utilization']:.0f}% of the step), "
+                   f"{c['tco_MWh_per_trillion_tokens']:,.0f} MWh per trillion tokens, "
+                   f"{c['tco_tokens_per_J']:.3g} tokens/J")
+    elif c.get("tco_missing"):
+        out.append(f"  owned cost not known: the GPU has no {' or '.join(c['tco_missing'])}")
     return out
 
 

@@ -15,7 +15,10 @@ Definitions (seconds unless named otherwise):
   mean of KV blocks in use during steps / pool size, and the peak.
 * Cost over the simulated time: each engine's devices × ``price_usd_per_hour`` (spec, else
   catalog) plus their board power (``tdp_W``, provisioned: all the time) × the electricity
-  price, plus CPU pools; per million generated tokens and per million input+output tokens.
+  price, plus CPU pools; per million generated tokens, per million input+output tokens and
+  per completed request. Owned (``owned_*``): the engines' accelerators and hosts bought at
+  ``price_usd`` and the default economics (:mod:`codesign.specs.economics`), amortized, plus
+  their energy (accelerators by each replica's utilization) × PUE.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from codesign.report.cost import device_cost
+from codesign.network.inventory import Inventory
+from codesign.report.cost import device_cost, owned_cost
+from codesign.specs.economics import Economics
 
 if TYPE_CHECKING:
     from codesign.serving.records import RequestRecord
@@ -169,7 +174,8 @@ def compute_metrics(result: ServingResult, series: bool = True) -> dict[str, Any
                                 "bytes": t.channel.total_bytes,
                                 "max_concurrent_reads": t.channel.max_concurrency}
                          for name, t in result.tiers.items()},
-        "cost": _cost(result, sim_s, gen_tokens, gen_tokens + in_tokens),
+        "cost": {**_cost(result, sim_s, gen_tokens, gen_tokens + in_tokens, len(done)),
+                 **_owned_cost(result, sim_s, gen_tokens, gen_tokens + in_tokens, len(done))},
         "simulated_s": sim_s,
         "wall_s": result.wall_s,
     }
@@ -178,8 +184,42 @@ def compute_metrics(result: ServingResult, series: bool = True) -> dict[str, Any
     return out
 
 
+def _owned_cost(result: ServingResult, sim_s: float, out_tokens: int, all_tokens: int,
+                requests: int) -> dict[str, Any]:
+    """The engines' devices owned (:func:`codesign.report.cost.owned_cost` of each replica's
+    accelerators and hosts, with the default :class:`~codesign.specs.economics.Economics`
+    at the spec's electricity price), each replica's accelerators drawing power by its
+    utilization; per million tokens, per request and tokens per joule. CPU pools are left out
+    (they have no purchase price)."""
+    econ = Economics(electricity_usd_per_kWh=result.spec.electricity_usd_per_kWh)
+    capex = usd = kwh = 0.0
+    missing: list[str] = []
+    for inst in result.instances:
+        gpu = result.gpus.get(inst.name)
+        inv = Inventory(gpus=inst.gpus, hosts=-(-inst.gpus // econ.gpus_per_host))
+        c = None if gpu is None else owned_cost(
+            inv, gpu, econ, inst.busy_s / sim_s if sim_s > 0 else 0.0, sim_s)
+        if c is None or c.usd is None or c.capex_usd is None or c.energy_kWh is None:
+            missing.append(f"price_usd or tdp_W of {inst.name}'s device")
+            continue
+        capex += c.capex_usd
+        usd += c.usd
+        kwh += c.energy_kWh
+    if missing or sim_s <= 0:
+        return {"owned_usd": None, "owned_missing": missing}
+    return {
+        "owned_capex_usd": capex, "owned_usd": usd, "owned_energy_kWh": kwh,
+        "owned_usd_per_million_output_tokens": usd / out_tokens * 1e6 if out_tokens else None,
+        "owned_usd_per_million_tokens": usd / all_tokens * 1e6 if all_tokens else None,
+        "owned_usd_per_request": usd / requests if requests else None,
+        "owned_kWh_per_request": kwh / requests if requests else None,
+        "output_tokens_per_J": out_tokens / (kwh * 3.6e6) if kwh else None,
+        "pue": econ.pue, "amortization_years": econ.amortization_years, "owned_missing": [],
+    }
+
+
 def _cost(result: ServingResult, sim_s: float, out_tokens: int,
-          all_tokens: int) -> dict[str, Any]:
+          all_tokens: int, requests: int) -> dict[str, Any]:
     spec = result.spec
     rent = power_kwh = 0.0
     missing: list[str] = []
@@ -213,5 +253,6 @@ def _cost(result: ServingResult, sim_s: float, out_tokens: int,
         "total_usd": total, "electricity_usd_per_kWh": spec.electricity_usd_per_kWh,
         "usd_per_million_output_tokens": total / out_tokens * 1e6 if out_tokens else None,
         "usd_per_million_tokens": total / all_tokens * 1e6 if all_tokens else None,
+        "usd_per_request": total / requests if requests else None,
         "missing": missing,
     }

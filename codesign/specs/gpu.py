@@ -94,6 +94,9 @@ class GpuSpec(Spec):
     tdp_W: float | None = Field(default=None, gt=0, description="board power, W")
     price_usd_per_hour: float | None = Field(
         default=None, gt=0, description="cloud rental price per GPU, USD/hour (cite it)")
+    price_usd: float | None = Field(
+        default=None, gt=0,
+        description="purchase price of one accelerator, USD (an estimate: cite it and its date)")
     efficiency: ComputeEfficiency
     efficiency_from: str | None = Field(
         default=None,

@@ -19,6 +19,7 @@ from pydantic import Field, model_validator
 
 from codesign.errors import SpecError
 from codesign.specs.base import Spec
+from codesign.specs.economics import DEFAULT_ELECTRICITY_USD_PER_KWH
 from codesign.specs.serving_engine import (
     ChunkedPrefillSchedulerSpec,
     ContinuousSchedulerSpec,
@@ -69,10 +70,6 @@ __all__ = [
     "RouteStageSpec", "SchedulerSpec", "ServingSpec", "SloSpec", "StageSpec",
     "StaticSchedulerSpec", "TraceArrival", "TraceLength", "UniformLength", "model_key"]
 
-#: electricity price default, USD per kWh: EIA Electric Power Annual 2023 (released
-#: 2024-10-17), average revenue per kWh to commercial customers in Virginia, the largest
-#: US data-center market: 8.95 cents/kWh (eia.gov/electricity/annual/secrev-map.php).
-DEFAULT_ELECTRICITY_USD_PER_KWH = 0.0895
 
 
 class ServingSpec(Spec):

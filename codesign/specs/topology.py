@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from codesign.specs.base import Spec
+from codesign.specs.economics import Economics
 
 
 class CollectiveEfficiency(Spec):
@@ -103,6 +104,9 @@ class TwoTierTopology(Spec):
     description: str = ""
     scale_up: ScaleUpSpec
     scale_out: ScaleOutSpec
+    economics: Economics = Field(
+        default_factory=Economics,
+        description="component prices and powers, amortization, electricity price and PUE")
     sources: dict[str, str] = Field(default_factory=dict)
 
 
@@ -116,6 +120,9 @@ class FullFlatTopology(CollectiveEfficiency):
     bandwidth_GBps: float = Field(gt=0, description="per GPU, per direction, GB/s")
     latency_us: float = Field(ge=0, description="per-message latency (alpha), us")
     in_network_reduction: bool = False
+    economics: Economics = Field(
+        default_factory=Economics,
+        description="component prices and powers, amortization, electricity price and PUE")
     sources: dict[str, str] = Field(default_factory=dict)
 
 

@@ -111,8 +111,9 @@ class Ranks:
             assert shape is not None
             spanned = set(self.network.geometry(group).axes)
             dims = [j in spanned for j, n in enumerate(shape) if n > 1]
-            return dims + [place.num_domains > 1] if network_dims(topo, self.world) > len(
-                rings) else dims
+            if network_dims(topo, self.world) > len(rings):
+                return [*dims, place.num_domains > 1]
+            return dims
         if network_dims(topo, self.world) == 1:
             return [True]
         return [place.ranks_per_domain > 1, place.num_domains > 1]
