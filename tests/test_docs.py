@@ -32,6 +32,9 @@ SKIP = {
     "pip install": "installs the package (the README commands run in CI's fresh clone)",
     "pytest": "runs this suite",
     "calibrate": "refits every row: minutes (codesign calibrate is tested in test_validation)",
+    "codesign astra": "needs an ASTRA-sim binary built from source (tests/test_astra_run.py "
+                      "runs the command against a stand-in binary)",
+    "astra_agreement": "needs an ASTRA-sim binary; minutes per plan",
 }
 #: (pattern, replacement) applied to a command before it runs: smoke sizes, temp outputs
 SMOKE = (
@@ -95,7 +98,7 @@ def test_what_is_not_run_has_a_reason() -> None:
     """A handful of documented commands are not run (placeholders, installs, the suite
     itself); every other command is."""
     left_out = [c for _, c in COMMANDS if _not_runnable(c)]
-    assert len(left_out) <= 8, left_out
+    assert len(left_out) <= 12, left_out
     assert all(c.startswith("codesign") for c in left_out)
 
 

@@ -16,6 +16,7 @@ from typing import NoReturn
 
 from codesign import __version__
 from codesign.cli import (
+    astra_cmd,
     calibrate_cmd,
     experiment_cmd,
     export_cmd,
@@ -32,7 +33,7 @@ from codesign.errors import CodesignError
 
 #: the command modules, in the order of ``codesign --help``
 COMMANDS = (simulate_cmd, validate_cmd, calibrate_cmd, list_cmd, experiment_cmd, plot_cmd,
-            search_cmd, serve_cmd, export_cmd, inspect_cmd)
+            search_cmd, serve_cmd, export_cmd, astra_cmd, inspect_cmd)
 
 
 def _one_line_warning(message: Warning | str, category: type[Warning], filename: str,

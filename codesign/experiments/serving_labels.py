@@ -49,6 +49,8 @@ FIELD_LABELS: dict[str, tuple[str, str]] = {
     "tool_tokens": ("Tool tokens per round", "tool tokens"),
     "round_gap_s": ("Tool call time per round (s)", "tool call"),
     "bandwidth_GBps": ("{owner} bandwidth (GB/s)", "{owner}"),
+    "hbm_bandwidth_TBps": ("HBM bandwidth (TB/s)", ""),
+    "hbm_capacity_GB": ("HBM capacity (GB)", ""),
     "per_read_bandwidth_GBps": ("{owner} bandwidth per read (GB/s)", "{owner} per read"),
     "latency_us": ("{owner} latency (µs)", "{owner} latency"),
     "capacity_GB": ("{owner} capacity (GB)", "{owner} capacity"),

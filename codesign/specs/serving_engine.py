@@ -8,7 +8,7 @@ import functools
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from codesign.specs.base import Spec
 from codesign.specs.gpu import GpuSpec
@@ -199,6 +199,17 @@ class EngineSpec(Spec):
         default="least_loaded", description="how requests pick a replica of a model")
     price_usd_per_hour: float | None = Field(
         default=None, ge=0, description="per device; None = the catalog's price")
+
+    @field_validator("device", mode="before")
+    @classmethod
+    def _inline_device_sibling_rule(cls, value: object) -> object:
+        """An inline device takes its missing efficiencies from ``efficiency_from`` (the
+        sibling rule of the catalog, as an inline GPU of a training run does)."""
+        if isinstance(value, dict) and value.get("efficiency_from"):
+            from codesign.specs.catalog import derive_efficiency
+
+            return derive_efficiency(value, "device")
+        return value
 
     def replicas_of(self, entry: ModelEntrySpec) -> int:
         """Replicas of one model entry (explicit, or all devices for a single model)."""

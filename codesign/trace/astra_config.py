@@ -136,19 +136,51 @@ def _torus_lines(topo: Any, world: int, rings: tuple[int, ...]) -> list[str]:
             f"bandwidth: [ {', '.join(bws)} ]", f"latency: [ {', '.join(lats)} ]"]
 
 
-def system_json(run: TrainingRun, world: int) -> dict[str, Any]:
+#: ``local-mem-bw`` of a matched system file, GB/s: large enough that ASTRA-sim's per-step
+#: reduction memory time vanishes (codesign folds it into the links' efficiency)
+MATCHED_LOCAL_MEM_GBPS = 1e9
+
+
+def system_json(run: TrainingRun, world: int, *, matched: bool = False) -> dict[str, Any]:
     """ASTRA-sim system-layer config: replay the trace's compute durations (roofline off;
-    ``peak-perf``/``local-mem-bw`` are the GPU's, for those who switch it on)."""
+    ``peak-perf``/``local-mem-bw`` are the GPU's, for those who switch it on). A collective
+    is one chunk (``preferred-dataset-splits`` 1), as codesign prices it: ASTRA-sim runs
+    the splits of a collective one after another on a dimension, each paying every step's
+    latency again. ``matched``: ``local-mem-bw`` so large that the memory time ASTRA-sim
+    charges per reduction step vanishes."""
     dims = network_dims(run.topology, world)
     impl = ["ring"] * dims
+    mem = MATCHED_LOCAL_MEM_GBPS if matched else run.gpu.hbm_bytes_per_s / GB
     return {
         "scheduling-policy": "LIFO", "endpoint-delay": 10, "active-chunks-per-dimension": 1,
-        "preferred-dataset-splits": 4, "all-reduce-implementation": impl,
+        "preferred-dataset-splits": 1, "all-reduce-implementation": impl,
         "all-gather-implementation": impl, "reduce-scatter-implementation": impl,
         "all-to-all-implementation": impl, "collective-optimization": "localBWAware",
-        "local-mem-bw": run.gpu.hbm_bytes_per_s / GB, "boost-mode": 0, "roofline-enabled": 0,
+        "local-mem-bw": mem, "boost-mode": 0, "roofline-enabled": 0,
         "peak-perf": run.gpu.peak_flops(run.parallel.dtype) / TFLOPS,
     }
+
+
+def astra_matched(run: TrainingRun) -> TrainingRun:
+    """``run`` on the network ASTRA-sim's analytical backend expresses: every tier at its
+    full wire rate (efficiency 1, no message-size half size), no in-network reduction, ring
+    collectives (two-level across domains, as ASTRA-sim runs a group over the dimensions it
+    involves) (``codesign astra --match-network``)."""
+    ideal = {"efficiency_max": 1.0, "efficiency_half_size_MB": 0.0,
+             "in_network_reduction": False}
+    topo = run.topology
+    if isinstance(topo, FullFlatTopology):
+        new_topo: Any = topo.model_copy(update=ideal)
+    else:
+        new_topo = topo.model_copy(update={"scale_up": topo.scale_up.model_copy(update=ideal),
+                                           "scale_out": topo.scale_out.model_copy(update=ideal)})
+    p = run.parallel
+    # ASTRA-sim runs a collective with the system file's ring on each dimension the group
+    # involves (``involved_dim``): two-level across domains, one ring inside a domain
+    algorithm = "hierarchical" if network_dims(topo, run.num_gpus) > 1 else "ring"
+    return run.model_copy(update={
+        "topology": new_topo,
+        "parallel": p.model_copy(update={"collective_algorithm": algorithm})})
 
 
 def check_network(run: TrainingRun, world: int) -> None:
@@ -174,11 +206,16 @@ def astra_notes(run: TrainingRun, world: int, num_groups: int) -> tuple[str, ...
         "ASTRA-sim's workload layer runs one communication op at a time per rank, so "
         "overlapped gradient buckets, ZeRO gathers and pipeline sends queue behind TP "
         "collectives there (codesign overlaps them on separate streams)",
-        "collectives on a group smaller than the world run as a flat ring in ASTRA-sim "
-        "whatever the system file says; codesign prices each with its own algorithm",
+        "a collective on a group smaller than the world runs as one ring over its members in "
+        "ASTRA-sim (a custom ring), each step at the rate of the dimension it crosses, "
+        "whatever the system file says; codesign prices each group with its own algorithm "
+        "(--match-network: the two-level ring, which times such groups as ASTRA-sim does)",
         "do not set \"replay-only\": 1 in the system file: it drops every cross-rank "
         "dependency (receives stop waiting for their sends)",
         "ASTRA-sim's congestion-aware backend accepts one-dimensional topologies only",
+        "ASTRA-sim charges every reduction step's chunk against local-mem-bw (the GPU's HBM "
+        "bandwidth) on top of the link time; codesign folds such costs into the links' "
+        "message-size efficiency (which ASTRA-sim's network file cannot carry)",
     ]
     topo = run.topology
     reduce = [t for t in (getattr(topo, "scale_up", None), getattr(topo, "scale_out", None))

@@ -79,7 +79,7 @@ class ChakraExport:
 
 def export_chakra(run: TrainingRun, prefix: str | Path,
                   progress: Callable[[int, int], None] | None = None, *,
-                  force: bool = False) -> ChakraExport:
+                  force: bool = False, matched: bool = False) -> ChakraExport:
     """Write the Chakra ET of one training step of ``run`` for every rank (see module doc).
 
     ``progress(done_ranks, total_ranks)`` is called after each pipeline stage. Trace files of
@@ -87,7 +87,9 @@ def export_chakra(run: TrainingRun, prefix: str | Path,
     :class:`InfeasiblePlan` for a plan that cannot run, with ``simulate``'s reason (an
     out-of-memory plan is exported only with ``force``, and flagged in every trace's
     metadata), :class:`SpecError` when the topology has no ASTRA-sim network file for this
-    GPU count.
+    GPU count. ``matched``: the system file leaves out what codesign does not model either
+    (:func:`~codesign.trace.astra_config.system_json`), for ``codesign astra
+    --match-network``.
     """
     t0 = time.perf_counter()
     graph, compute, network = build_models(run)
@@ -122,7 +124,7 @@ def export_chakra(run: TrainingRun, prefix: str | Path,
         if progress is not None:
             progress(done, world)
     _remove_stale(prefix, world)
-    files = _write_side_files(run, prefix, ranks)
+    files = _write_side_files(run, prefix, ranks, matched)
     return ChakraExport(
         prefix=str(prefix), num_ranks=world, nodes_per_stage=tuple(len(p) for p in programs),
         num_groups=ranks.num_groups,
@@ -140,7 +142,8 @@ def _remove_stale(prefix: Path, world: int) -> None:
             path.unlink()
 
 
-def _write_side_files(run: TrainingRun, prefix: Path, ranks: Ranks) -> dict[str, str]:
+def _write_side_files(run: TrainingRun, prefix: Path, ranks: Ranks,
+                      matched: bool = False) -> dict[str, str]:
     world = ranks.world
     paths = {"traces": f"{prefix}.<rank>.et", "groups": f"{prefix}.groups.json",
              "network": f"{prefix}.network.yml", "system": f"{prefix}.system.json",
@@ -149,8 +152,8 @@ def _write_side_files(run: TrainingRun, prefix: Path, ranks: Ranks) -> dict[str,
              for gid, row in ranks.groups()]
     Path(paths["groups"]).write_text("{" + ",\n".join(parts) + "}\n", encoding="utf-8")
     Path(paths["network"]).write_text(network_yaml(run, world), encoding="utf-8")
-    Path(paths["system"]).write_text(json.dumps(system_json(run, world), indent=2) + "\n",
-                                     encoding="utf-8")
+    system = system_json(run, world, matched=matched)
+    Path(paths["system"]).write_text(json.dumps(system, indent=2) + "\n", encoding="utf-8")
     Path(paths["memory"]).write_text(json.dumps(MEMORY_JSON, indent=2) + "\n", encoding="utf-8")
     return paths
 
