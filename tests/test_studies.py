@@ -340,3 +340,13 @@ def test_study_files_are_plain_yaml_mappings() -> None:
     for name in STUDIES:
         data = yaml.safe_load((STUDIES_DIR / f"{name}.yaml").read_text())
         assert isinstance(data, dict) and data["name"] == name
+
+
+def test_tick_labels_stay_distinct_on_a_narrow_range() -> None:
+    """A metric axis spanning 57.40-57.60 s must not print '57.5' twice."""
+    from codesign.experiments.plots.ticks import distinct_labels
+
+    assert distinct_labels([57.4, 57.45, 57.5, 57.55, 57.6]) == \
+        ["57.40", "57.45", "57.50", "57.55", "57.60"]
+    assert distinct_labels([0.0, 10.0, 20.0]) == ["0", "10", "20"]  # compact when distinct
+    assert distinct_labels([57.4, 57.425, 57.45]) == ["57.400", "57.425", "57.450"]

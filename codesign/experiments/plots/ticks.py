@@ -3,7 +3,9 @@ metric axes with readable steps, and two-level (bar / group) labels. Widths are 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import itertools
+import math
+from typing import TYPE_CHECKING, Any
 
 from codesign.experiments.plots.formatting import compact_number
 
@@ -67,7 +69,38 @@ def format_metric_axis(ax: Axes, log: bool) -> None:
             ax.yaxis.set_minor_locator(LogLocator(base=10, subs=tuple(range(1, 10))))
     else:  # enough ticks to read values off (the default often gives two or three)
         ax.yaxis.set_major_locator(MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]))
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: compact_number(v)))
+    ax.yaxis.set_major_formatter(_CompactFormatter() if not log
+                                 else FuncFormatter(lambda v, _p: compact_number(v)))
+
+
+def distinct_labels(values: list[float]) -> list[str]:
+    """Tick labels of ``values``: :func:`compact_number`, or, where that would print two
+    ticks alike (a narrow range such as 57.40-57.65), fixed decimals down to the ticks'
+    spacing."""
+    labels = [compact_number(v) for v in values]
+    if len(set(labels)) == len(labels) or len(values) < 2:
+        return labels
+    step = min(abs(b - a) for a, b in itertools.pairwise(values) if b != a)
+    decimals = max(0, -math.floor(math.log10(step) + 1e-9))
+    if abs(step * 10 ** decimals - round(step * 10 ** decimals)) > 1e-6:  # e.g. a 0.025 step
+        decimals += 1
+    return [f"{v:.{decimals}f}" for v in values]
+
+
+class _CompactFormatter:
+    """matplotlib formatter of a linear metric axis (see :func:`distinct_labels`)."""
+
+    def __new__(cls) -> Any:
+        from matplotlib.ticker import Formatter
+
+        class Compact(Formatter):
+            def __call__(self, x: float, pos: int | None = None) -> str:
+                return compact_number(x)
+
+            def format_ticks(self, values: Any) -> list[str]:
+                return distinct_labels([float(v) for v in values])
+
+        return Compact()
 
 
 #: average width of a character at the 6 pt tick-label size, inches
