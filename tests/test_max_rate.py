@@ -55,3 +55,29 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path.write_text(SPEC.replace("slo: {ttft_s: 0.5}\n", ""))
     assert main(["serve", str(path), "--find-max-rate"]) == 2
     assert "needs an slo section" in capsys.readouterr().err
+
+
+def test_rows_without_lengths_take_a_named_dataset_s_distribution() -> None:
+    """An online row naming ShareGPT (and a server row naming nothing) draws lognormal lengths
+    around ShareGPT's means (161 / 338 tokens, Kwon et al. 2023), listed as an assumption; a
+    static row without lengths or a dataset is refused with the reason."""
+    from codesign.specs.serving import LognormalLength
+    from codesign.validation.inference_cases import DATASET_LENGTHS, dataset_of, map_row
+    from codesign.validation.inference_serving import serving_spec
+
+    base = {"case_id": "X1", "model": "Llama-3-8B", "gpu_type": "H100-SXM5-80GB",
+            "num_gpus": "1", "tp": "1", "pp": "1", "framework": "vLLM",
+            "measured_metric": "mean TTFT", "measured_value": "50", "unit": "ms"}
+    row = {**base, "serving_mode": "online serving at 4 req/s", "notes": "ShareGPT prompts"}
+    assert dataset_of(row) == ("sharegpt", DATASET_LENGTHS["sharegpt"])
+    case = map_row(row)
+    assert (case.input_len, case.output_len, case.length_sigma) == (161, 338, 1.0)
+    assert any("sharegpt-like" in a for a in case.assumptions)
+    client = serving_spec(case).clients[0]
+    assert isinstance(client.input_tokens, LognormalLength)
+    assert client.input_tokens.mean == 161 and client.output_tokens.mean == 338  # type: ignore[union-attr]
+    assert dataset_of({**base, "serving_mode": "MLPerf server"})[0] == "sharegpt"  # type: ignore[index]
+    static = {**base, "serving_mode": "offline static batch", "batch_size": "8"}
+    assert dataset_of(static) is None
+    with pytest.raises(Exception, match="no dataset named"):
+        map_row(static)

@@ -4,6 +4,11 @@ mode, the benchmark's settings and the measured value in the row's own unit. Eve
 made for a row is listed with it. :mod:`codesign.validation.inference_serving` turns a case
 into a serving spec and runs it through the serving simulator.
 
+A row with no ``input_len``/``output_len`` that names a dataset whose lengths are known
+(:data:`DATASET_LENGTHS`: ShareGPT, Alpaca), or an online/server row that names none
+(ShareGPT-like, the default of vLLM's and SGLang's serving benchmarks), draws lognormal lengths
+around the dataset's means, listed as an assumption.
+
 Serving modes (column ``serving_mode``): **offline static batch** (``batch_size`` requests of
 ``input_len`` prompt and ``output_len`` output tokens, fixed lengths, no early exit;
 throughput = ``batch × output_len / total time``, per GPU when the unit is ``tok/s/GPU``),
@@ -100,6 +105,9 @@ class InferenceCase:
     latency_bounds_s: tuple[float, float] = (0.0, 0.0)
     #: online mode: the request rate the row states, requests/s
     rate_rps: float = 0.0
+    #: lengths drawn from a dataset's distribution (lognormal around ``input_len`` /
+    #: ``output_len`` with this log-space sigma) instead of fixed; 0: fixed
+    length_sigma: float = 0.0
 
 
 def is_inference_csv(path: Path) -> bool:
@@ -327,8 +335,17 @@ def map_row(row: dict[str, str]) -> InferenceCase:
         notes.append(f"num_gpus {gpus} != tp×pp×ep×replicas: throughput per engine of "
                      f"{plan.num_gpus} GPUs")
     isl, osl = int_cell(row, "input_len"), int_cell(row, "output_len")
+    sigma = 0.0
     if not isl or not osl:
-        raise Unsupported("input_len or output_len not given")
+        named = dataset_of(row)
+        if named is None:
+            raise Unsupported("input_len or output_len not given, and no dataset named whose "
+                              f"lengths are known ({', '.join(DATASET_LENGTHS)})")
+        name, (mean_in, mean_out, sigma, source) = named
+        isl, osl = isl or mean_in, osl or mean_out
+        notes.append(f"lengths: {name}-like, lognormal around {isl} prompt / {osl} output "
+                     f"tokens (sigma {sigma}; {source}): an assumption standing in for the "
+                     "dataset")
     batch = 1
     kv_fraction = 0.9
     n_req = DEFAULT_NUM_REQUESTS
@@ -351,14 +368,14 @@ def map_row(row: dict[str, str]) -> InferenceCase:
     elif mode == "online":
         kv_fraction = _kv_fraction(row, fw, notes)
         notes.append(f"online: Poisson arrivals at the stated {stated_rate(row):g} requests/s, "
-                     f"{int(SERVER_WINDOW_S)} s of them, fixed lengths {isl}/{osl}; the mean "
-                     "of the measured metric")
+                     f"{int(SERVER_WINDOW_S)} s of them, {'mean' if sigma else 'fixed'} "
+                     f"lengths {isl}/{osl}; the mean of the measured metric")
     elif mode == "server":
         kv_fraction = _kv_fraction(row, fw, notes)
         bounds = server_bounds(row)
         notes.append(f"server: the highest Poisson rate whose p99 TTFT <= {bounds[0]:g} s and "
-                     f"p99 TPOT <= {bounds[1]:g} s ({bounds[2]}), fixed lengths "
-                     f"{isl}/{osl}")
+                     f"p99 TPOT <= {bounds[1]:g} s ({bounds[2]}), "
+                     f"{'mean' if sigma else 'fixed'} lengths {isl}/{osl}")
     else:
         kv_fraction = _kv_fraction(row, fw, notes)
         n_req = TRTLLM_BENCH_NUM_REQUESTS.get((isl, osl), DEFAULT_NUM_REQUESTS)
@@ -370,7 +387,35 @@ def map_row(row: dict[str, str]) -> InferenceCase:
         metric=metric, value=value, batch_size=batch, kv_fraction=kv_fraction,
         num_requests=n_req, custom_allreduce=custom_ar, assumptions=tuple(notes),
         latency_bounds_s=(bounds[0], bounds[1]) if mode == "server" else (0.0, 0.0),
-        rate_rps=(stated_rate(row) or 0.0) if mode == "online" else 0.0)
+        rate_rps=(stated_rate(row) or 0.0) if mode == "online" else 0.0,
+        length_sigma=sigma)
+
+
+#: mean prompt and output tokens of public serving datasets and the log-space spread used
+#: for them: ShareGPT 161 / 338 and Alpaca 19 / 58 mean tokens (Kwon et al. 2023, "Efficient
+#: Memory Management for Large Language Model Serving with PagedAttention", SOSP, Sec. 6.1 and
+#: Fig. 11, the distributions vLLM's benchmarks sample); sigma 1.0 is an ASSUMPTION for their
+#: long right tails (the figure's lengths span about two decades)
+DATASET_LENGTHS: dict[str, tuple[int, int, float, str]] = {
+    "sharegpt": (161, 338, 1.0, "Kwon et al. 2023, vLLM paper Sec. 6.1"),
+    "alpaca": (19, 58, 1.0, "Kwon et al. 2023, vLLM paper Sec. 6.1"),
+}
+
+
+def dataset_of(row: dict[str, str]) -> tuple[str, tuple[int, int, float, str]] | None:
+    """The dataset a row names (``ShareGPT``, ``Alpaca``) with its known lengths; an online
+    or server row that names none is taken as ShareGPT-like (the usual default of vLLM's and
+    SGLang's serving benchmarks)."""
+    text = " ".join(row.get(k, "") for k in ("serving_mode", "notes", "measured_metric",
+                                             "dataset", "source_location")).lower()
+    text = re.sub(r"[^a-z0-9]", "", text)
+    for name in DATASET_LENGTHS:
+        if name in text:
+            return name, DATASET_LENGTHS[name]
+    mode_text = (row.get("serving_mode", "") + " " + row.get("measured_metric", "")).lower()
+    if re.search(r"online|server|qps|req/s|request rate|poisson", mode_text):
+        return "sharegpt", DATASET_LENGTHS["sharegpt"]
+    return None
 
 
 def stated_rate(row: dict[str, str]) -> float | None:

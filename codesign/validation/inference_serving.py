@@ -51,6 +51,7 @@ from codesign.specs.serving import (
     ContinuousSchedulerSpec,
     EngineSpec,
     FixedLength,
+    LognormalLength,
     ModelEntrySpec,
     PoissonArrival,
     SchedulerSpec,
@@ -127,6 +128,15 @@ def _engine_settings(case: InferenceCase, notes: list[str]) -> tuple[SchedulerSp
     return ContinuousSchedulerSpec(), settings, case.num_requests
 
 
+def _length(mean: int, case: InferenceCase) -> FixedLength | LognormalLength:
+    """A row's length: fixed, or a dataset's lognormal around its mean (clipped to the
+    model's context length)."""
+    if not case.length_sigma:
+        return FixedLength(value=mean)
+    return LognormalLength(mean=mean, sigma=case.length_sigma, min=1,
+                           max=max(mean, case.model.seq_len))
+
+
 def serving_spec(case: InferenceCase, notes: list[str] | None = None) -> ServingSpec:
     """The serving spec that reproduces the row's benchmark (see module docstring); in server
     mode the client is Poisson at 1 request/s over
@@ -146,8 +156,8 @@ def serving_spec(case: InferenceCase, notes: list[str] | None = None) -> Serving
         requests = max(1, round(case.rate_rps * SERVER_WINDOW_S))
     client = ClientSpec(name="benchmark", model=case.model.name, arrival=arrival,
                         num_requests=requests,
-                        input_tokens=FixedLength(value=case.input_len),
-                        output_tokens=FixedLength(value=case.output_len))
+                        input_tokens=_length(case.input_len, case),
+                        output_tokens=_length(case.output_len, case))
     return ServingSpec(name=case.case_id, engines=[engine], clients=[client], seed=0)
 
 
