@@ -86,4 +86,20 @@ def progress_bar(total: int, desc: str, unit: str, enabled: bool = True
     return update
 
 
-__all__ = ["WATCH_PARENT_S", "exit_with_parent", "no_cyclic_gc", "pool_init", "progress_bar"]
+def cumulative_progress(total: int, desc: str, unit: str, enabled: bool = True
+                        ) -> Callable[[int, int], None]:
+    """:func:`progress_bar` for a producer that reports ``(done so far, total)`` (the
+    exporters' callback), not increments."""
+    bar = progress_bar(total, desc, unit, enabled)
+    last = 0
+
+    def report(done: int, _total: int) -> None:
+        nonlocal last
+        bar(done - last)
+        last = done
+
+    return report
+
+
+__all__ = ["WATCH_PARENT_S", "cumulative_progress", "exit_with_parent", "no_cyclic_gc", "pool_init",
+           "progress_bar"]

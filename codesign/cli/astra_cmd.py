@@ -62,21 +62,14 @@ def cmd_astra(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, run: Any, binary: Path, prefix: Path) -> int:
     from codesign.api import simulate_detailed
     from codesign.errors import InfeasiblePlan
-    from codesign.runtime import progress_bar
+    from codesign.runtime import cumulative_progress
     from codesign.trace.astra_run import compare, run_astra
     from codesign.trace.chakra import export_chakra
 
     sim = simulate_detailed(run, exact=True)
     if not sim.report.feasible and not args.force:
         raise InfeasiblePlan(sim.report.reason or "infeasible plan")
-    bar = progress_bar(run.num_gpus, "exporting", "rank", args.progress)
-    last = 0
-
-    def progress(done: int, total: int) -> None:
-        nonlocal last
-        bar(done - last)
-        last = done
-
+    progress = cumulative_progress(run.num_gpus, "exporting", "rank", args.progress)
     exported = export_chakra(run, prefix, progress=progress, force=args.force,
                              matched=args.match_network)
     astra = run_astra(binary, prefix, exported.num_ranks, args.timeout_s)

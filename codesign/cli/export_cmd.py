@@ -49,16 +49,9 @@ def cmd_export_chakra(args: argparse.Namespace) -> int:
                         "files written)")
     run = run_from_args(args, choose=True)
 
-    from codesign.runtime import progress_bar
+    from codesign.runtime import cumulative_progress
 
-    bar = progress_bar(run.num_gpus, "exporting", "rank", args.progress)
-    last = 0
-
-    def progress(done: int, total: int) -> None:
-        nonlocal last
-        bar(done - last)
-        last = done
-
+    progress = cumulative_progress(run.num_gpus, "exporting", "rank", args.progress)
     result = export_chakra(run, args.out, progress=progress, force=args.force)
     if args.format == "json":
         print(json.dumps(result.to_dict(), indent=2))
