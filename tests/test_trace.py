@@ -755,7 +755,7 @@ def test_inspect_reads_stage_style_point_to_point(tmp_path: Path) -> None:
 def test_a_torus_domain_exports_one_ring_per_slice_dimension(tmp_path: Path) -> None:
     """64 TPU v5p chips: a 4x4x4 slice, three ASTRA-sim Ring dimensions of one link each
     (600 GB/s per chip over six links = 100 GB/s); TP 4 spans the first, PP 2 the last."""
-    run = build_run(model=tiny_model(), gpu="tpu-v5p", topology="tpu-v5p-pod", num_gpus=64,
+    run = build_run(model=tiny_model(), gpu="tpu-v5p", topology="tpu-v5p-torus", num_gpus=64,
                     tp=4, pp=2, global_batch_size=64)
     net = yaml.safe_load(network_yaml(run, 64))
     assert net["topology"] == ["Ring", "Ring", "Ring"]

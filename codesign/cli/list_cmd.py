@@ -39,8 +39,12 @@ def _describe(kind: str, d: dict[str, Any]) -> str:
         if d.get("kind") == "fullflat":
             return f"FullFlat, {d.get('bandwidth_GBps')} GB/s per GPU"
         up, out = d.get("scale_up", {}), d.get("scale_out", {})
-        return (f"two-tier: {up.get('domain_size')}-GPU domain at {up.get('bandwidth_GBps')} "
-                f"GB/s, {out.get('nic_bandwidth_Gbps')} Gb/s NIC per GPU")
+        torus = up.get("torus") or {}
+        domain = (f"{'x'.join(str(n) for n in torus['dims'])} torus domain"
+                  if torus.get("dims") else f"{up.get('domain_size')}-GPU domain")
+        rails = ", rail-optimized" if out.get("rail_optimized") else ""
+        return (f"two-tier: {domain} at {up.get('bandwidth_GBps')} GB/s, "
+                f"{out.get('nic_bandwidth_Gbps')} Gb/s NIC per GPU{rails}")
     moe = d.get("moe")
     kind_s = f"MoE {moe['num_experts']}x top-{moe['top_k']}" if moe else "dense"
     params = d.get("published_params_B")
