@@ -137,9 +137,11 @@ def _tco_lines(c: dict[str, Any]) -> list[str]:
            f"{inv.get('transceivers', 0):,} transceivers, {inv.get('cables', 0):,} cables"
            + (f", {inv['ocs_ports']:,} OCS ports" if inv.get("ocs_ports") else "")]
     if c.get("tco_usd_per_step") is not None:
-        out.append(f"  owned cost: ${c['tco_capex_usd'] / 1e6:,.1f}M capital over "
-                   f"{c['amortization_years']:g} years + energy: ${c['tco_usd_per_step']:.4g} "
-                   f"per step, ${c['tco_usd_per_trillion_tokens']:,.0f} per trillion tokens, "
+        facility = (c.get("tco_capex_usd_by_part") or {}).get("facility") or 0.0
+        out.append(f"  owned cost: ${(c['tco_capex_usd'] - facility) / 1e6:,.1f}M equipment "
+                   f"over {c['amortization_years']:g} years, ${facility / 1e6:,.1f}M facility, "
+                   f"energy: ${c['tco_usd_per_step']:.4g} per step, "
+                   f"${c['tco_usd_per_trillion_tokens']:,.0f} per trillion tokens, "
                    f"{c['tco_tokens_per_usd']:,.0f} tokens/$")
         out.append(f"  owned power: {c['tco_facility_power_kW']:,.0f} kW facility "
                    f"({c['tco_it_power_kW']:,.0f} kW IT, accelerators computing "
