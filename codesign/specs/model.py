@@ -35,6 +35,25 @@ class MoESpec(Spec):
     )
     first_dense_layers: int = Field(default=0, ge=0, description="leading layers with dense MLP")
     layer_frequency: int = Field(default=1, ge=1, description="every k-th layer is MoE")
+    capacity_factor: float | None = Field(
+        default=None, gt=0,
+        description="expert capacity as a multiple of the balanced load: capacity = tokens x "
+                    "top_k / experts x capacity_factor, tokens beyond it dropped and buffers "
+                    "padded to it (Switch Transformer, Fedus et al. 2022, Sec. 2.1; GShard; "
+                    "Megatron-Core --moe-expert-capacity-factor with "
+                    "--moe-pad-expert-input-to-capacity); None = dropless")
+    load_imbalance: float = Field(
+        default=1.0, ge=1,
+        description="tokens routed to the busiest expert rank / its balanced share, in a "
+                    "dropless MoE: the synchronous all-to-all and the expert GEMMs wait for that "
+                    "rank. 1.0 = balanced (benchmarks that force balance); set it from a "
+                    "measurement of the router")
+
+    @property
+    def load_factor(self) -> float:
+        """Expert work of the busiest rank / its balanced share: the capacity factor when
+        buffers are padded to capacity, else the load imbalance."""
+        return self.capacity_factor if self.capacity_factor is not None else self.load_imbalance
 
     @model_validator(mode="after")
     def _check(self) -> MoESpec:

@@ -151,6 +151,17 @@ _YES = r"yes|y|true|on|enabled?|used|1"
 _NO = r"no|n|false|off|disabled?|none|not used|0"
 
 
+def read_capacity_factor(text: str) -> float | None:
+    """An MoE expert capacity factor a row states ("capacity factor 1.25", "CF=2",
+    "capacity_factor: 1.0"); ``None`` when it states none or says dropless."""
+    low = text.lower()
+    m = re.search(r"(?:capacity[ _-]?factor|\bcf)\s*(?:of|=|:)?\s*([0-9]*\.?[0-9]+)", low)
+    if m is None or (re.search(r"dropless|no token drop", low) and "capacity" not in low):
+        return None
+    value = float(m.group(1))
+    return value if value > 0 else None
+
+
 def read_switch(text: str) -> bool | None:
     """yes/no/on/off/true/false/enabled/disabled (possibly followed by details); ``None``
     for an empty or "not stated" cell."""

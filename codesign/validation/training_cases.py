@@ -40,6 +40,7 @@ from codesign.specs.run import TrainingRun
 from codesign.validation.csvrows import int_cell
 from codesign.validation.csvrows import read_rows as _read_rows
 from codesign.validation.prose import (
+    read_capacity_factor,
     read_global_batch,
     read_interleave,
     read_nic_gbps,
@@ -301,6 +302,14 @@ def map_row(row: dict[str, str]) -> MappedCase:
         raise Unsupported(f"num_gpus {row.get('num_gpus', '')!r}: no GPU count")
     measurement = measurement_of(row, fw, notes)
     model = model_of(row, fw, notes)
+    if model.moe is not None:
+        cf = read_capacity_factor(" ".join(row.get(k, "") for k in ("notes",
+                                                                         "other_measured")))
+        if cf is not None:
+            model = model.model_copy(update={"moe": model.moe.model_copy(
+                update={"capacity_factor": cf})})
+            notes.append(f"MoE capacity factor {cf:g} as the row states (buffers padded to "
+                         "capacity)")
     gpu, topo = gpu_and_topology_of(row, notes)
     tp, pp = _stated(row, "tp"), _stated(row, "pp")
     cp, ep = _stated(row, "cp"), _stated(row, "ep")

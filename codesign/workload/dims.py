@@ -152,7 +152,10 @@ def bind_dims(run: TrainingRun, unsharded: bool = False) -> dict[str, float]:
         env.update(
             E=moe.num_experts, E_l=moe.num_experts / ep, k=moe.top_k,
             fe_t=moe.expert_ffn_hidden_size / etp,
-            Tx=tokens * moe.top_k * etp / tp, Td=tokens / tp * moe.top_k,
+            # the busiest rank's share (capacity padding or load imbalance); one sequence on
+            # one device (the model-FLOP binding) is balanced by definition
+            Tx=tokens * moe.top_k * etp / tp * (1.0 if unsharded else moe.load_factor),
+            Td=tokens / tp * moe.top_k * (1.0 if unsharded else moe.load_factor),
             fs_t=moe.num_shared_experts * shared_inner / tp,
         )
     return env

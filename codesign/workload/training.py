@@ -303,6 +303,15 @@ def build_training_graph(run: TrainingRun) -> TrainingGraph:
         hw_flops += flops
         chunks.append(chunk)
 
+    moe = m.moe
+    if moe is not None and moe.capacity_factor is None and moe.load_imbalance != 1.0:
+        # a dropless imbalance makes the busiest rank wait, but executes no extra FLOPs: the
+        # hardware FLOPs are those of the balanced routing
+        balanced = run.model_copy(update={"model": m.model_copy(update={
+            "moe": moe.model_copy(update={"load_imbalance": 1.0})})})
+        even = ChunkBinder(balanced)
+        hw_flops = sum(even.chunk(v, layers, v == 0, v == len(assignment) - 1)[1]
+                       for v, layers in enumerate(assignment))
     tokens = float(p.global_batch_size * run.seq_len)
     ranks_per_replica = p.tp * p.cp  # ranks sharing one micro-batch within a stage
     hw_total = hw_flops * n_mb * ranks_per_replica * run.dp
