@@ -22,6 +22,7 @@ from typing import Any
 
 from codesign.cli.plan_flags import add_plan_flags, plan_from_args
 from codesign.errors import SpecError
+from codesign.specs.parallel import LAYOUT_FIELDS
 from codesign.specs.run import TrainingRun
 
 EXIT_INPUT = 2
@@ -40,11 +41,6 @@ def add_run_flags(ap: argparse.ArgumentParser, with_run_file: bool = True) -> No
     plan = ap.add_argument_group("plan settings (codesign.specs.ParallelismSpec; left out: "
                                  "the run file's value, else the spec's default)")
     add_plan_flags(plan)
-
-
-#: plan fields that shape the parallel layout: when a command line gives none of them (and no
-#: run file), ``simulate`` and ``export chakra`` choose the plan (:func:`run_from_args`)
-LAYOUT_FIELDS = ("tp", "pp", "cp", "ep", "dp", "vpp")
 
 
 def run_from_args(args: argparse.Namespace, *, choose: bool = False) -> TrainingRun:

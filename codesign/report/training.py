@@ -64,6 +64,8 @@ class TrainingReport:
     measured_ops: list[str] = field(default_factory=list)  # priced from measured tables
     #: money and energy of the step (:func:`codesign.report.cost.training_cost`)
     cost: dict[str, Any] = field(default_factory=dict)
+    #: how the plan was chosen when none was given (:func:`codesign.search.choose.simulate`)
+    plan_notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -8,12 +8,15 @@ simulated, and the choice is reported as an assumption.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from codesign.errors import InfeasiblePlan
+from codesign.report.training import TrainingReport
 from codesign.search.fields import space_model
 from codesign.search.search import search
 from codesign.search.space import auto_values, base_run, plan_run
+from codesign.specs.parallel import LAYOUT_FIELDS
 from codesign.specs.run import TrainingRun
 
 #: engine confirmations of the best estimates (the engine's ranking decides among them)
@@ -79,4 +82,36 @@ def _settings(fixed: dict[str, Any]) -> str:
     return ", ".join(f"{k}={_value(v)}" for k, v in fixed.items())
 
 
-__all__ = ["CONFIRM", "choose_plan"]
+#: keyword arguments of :func:`codesign.api.build_run` that are not plan settings
+RUN_ARGS = ("model", "gpu", "topology", "num_gpus")
+
+
+def simulate(run: TrainingRun | None = None, **kwargs: Any) -> TrainingReport:
+    """:func:`codesign.api.simulate`, choosing the plan when none is given: keyword settings
+    that name a model, GPU or GPU count but no layout (:data:`LAYOUT_FIELDS`) get the fastest
+    feasible plan :func:`choose_plan` finds, every setting given pinned (as ``codesign
+    simulate`` does); the report's ``plan`` shows the choice and ``plan_notes`` why. With no
+    argument at all, the built-in default run; with a run or a layout, that run as given.
+    An infeasible choice is a report with ``feasible=False`` and the reason."""
+    from codesign.api import DEFAULT_RUN, build_run, simulate_run
+
+    if run is not None or not kwargs or any(k in kwargs for k in LAYOUT_FIELDS):
+        from codesign.api import simulate as exact
+
+        return exact(run, **kwargs)
+    plan = {k: v for k, v in kwargs.items() if k not in RUN_ARGS}
+    base = {k: v for k, v in kwargs.items() if k in RUN_ARGS}
+    base.setdefault("num_gpus", DEFAULT_RUN["num_gpus"])
+    built = build_run(**base, **plan)
+    try:
+        chosen, notes = choose_plan(built, plan)
+    except InfeasiblePlan as exc:
+        from codesign.report.metrics import infeasible_report
+
+        return infeasible_report(built, str(exc))
+    report = simulate_run(chosen)
+    return replace(report, plan_notes=("plan chosen by the search (no layout given)",
+                                       *notes))
+
+
+__all__ = ["CONFIRM", "LAYOUT_FIELDS", "RUN_ARGS", "choose_plan", "simulate"]

@@ -18,6 +18,9 @@ BUILTIN_COLLECTIVE_ALGORITHMS: tuple[str, ...] = ("auto", "ring", "tree", "hiera
 package loaded (the spec layer may not import it); ``tests/test_algorithms.py`` checks they
 are exactly the modules'."""
 
+#: plan fields that shape the parallel layout: a run that gives none of them gets a chosen plan
+#: (``codesign simulate`` / ``export chakra`` / ``codesign.simulate``)
+LAYOUT_FIELDS: tuple[str, ...] = ("tp", "pp", "cp", "ep", "dp", "vpp")
 COLLECTIVE_ALGORITHMS: list[str] = list(BUILTIN_COLLECTIVE_ALGORITHMS)
 """Collective algorithms a plan may request (a live list): the built-in ones, and every
 selectable algorithm registered since (the registry appends it)."""
