@@ -86,6 +86,23 @@ def progress_bar(total: int, desc: str, unit: str, enabled: bool = True
     return update
 
 
+def progress_counter(desc: str, unit: str, enabled: bool = True
+                     ) -> tuple[Callable[[str], None], Callable[[], None]]:
+    """A progress counter on stderr for work of unknown length (tqdm without a total):
+    ``(step(note), close())``; on a terminal only and when ``enabled``."""
+    if not enabled:
+        return (lambda note: None), (lambda: None)
+    from tqdm import tqdm
+
+    bar = tqdm(total=None, unit=unit, desc=desc, leave=False, disable=None, dynamic_ncols=True)
+
+    def step(note: str) -> None:
+        bar.set_postfix_str(note, refresh=False)
+        bar.update(1)
+
+    return step, bar.close
+
+
 def cumulative_progress(total: int, desc: str, unit: str, enabled: bool = True
                         ) -> Callable[[int, int], None]:
     """:func:`progress_bar` for a producer that reports ``(done so far, total)`` (the
@@ -102,4 +119,4 @@ def cumulative_progress(total: int, desc: str, unit: str, enabled: bool = True
 
 
 __all__ = ["WATCH_PARENT_S", "cumulative_progress", "exit_with_parent", "no_cyclic_gc", "pool_init",
-           "progress_bar"]
+           "progress_bar", "progress_counter"]

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from codesign.cli.common import add_jobs, jobs_of
+from codesign.cli.common import add_jobs, add_progress, jobs_of
 
 
 def register(sub: Any) -> None:
@@ -20,6 +20,7 @@ def register(sub: Any) -> None:
                     "hardware catalog; changes no file.")
     cal.add_argument("csv", metavar="PATH.csv")
     add_jobs(cal, "fitting the GPU types")
+    add_progress(cal, default=True)
     cal.set_defaults(func=cmd_calibrate)
 
 
@@ -37,7 +38,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if len(sources) < 2:
         raise SpecError(f"{args.csv}: calibration cross-validates by source and needs rows of "
                         f"at least 2 sources; these rows have {len(sources)}")
-    rep = calibrate(cases, jobs=jobs)
+    from codesign.runtime import progress_bar
+
+    rep = calibrate(cases, jobs=jobs,
+                    progress=lambda total: progress_bar(total, "calibrating", "fit",
+                                                        args.progress))
 
     def line(results: list[Any]) -> str:
         s = summarize(results)

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from codesign.cli.common import output_file
+from codesign.cli.common import add_progress, output_file
 
 
 def register(sub: Any) -> None:
@@ -38,6 +38,7 @@ def register(sub: Any) -> None:
     ap.add_argument("--percentile", choices=["p50", "p90", "p99"], default="p99",
                     help="latency percentile the slo bounds apply to with --find-max-rate "
                          "(default p99, as MLPerf Server)")
+    add_progress(ap, default=True)
     ap.set_defaults(func=cmd_serve)
 
 
@@ -77,7 +78,14 @@ def _max_rate(args: argparse.Namespace, spec: Any, path: Path) -> int:
         raise SpecError(f"{path}: --find-max-rate needs an slo section (ttft_s, tpot_s or "
                         "e2e_s) to bound the rate")
     bounds = LatencyBounds(slo.ttft_s, slo.tpot_s, slo.e2e_s, args.percentile)
-    res = find_max_rate(spec, bounds, base_dir=path.parent)
+    from codesign.runtime import progress_counter
+
+    step, close = progress_counter("finding the max rate", "probe", args.progress)
+    try:
+        res = find_max_rate(spec, bounds, base_dir=path.parent, on_probe=lambda scale, ok: step(
+            f"{scale:.3g}x {'met' if ok else 'missed'}"))
+    finally:
+        close()
     if args.format == "json":
         print(json.dumps({"scale": res.scale, "rate_rps": res.rate_rps,
                           "percentile": args.percentile,

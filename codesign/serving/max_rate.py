@@ -13,6 +13,7 @@ reproducible.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,9 +89,11 @@ def total_rate(spec: ServingSpec) -> float:
 
 
 def find_max_rate(spec: ServingSpec, bounds: LatencyBounds, *,
-                  rel_tol: float = REL_TOL, base_dir: Any = None) -> MaxRate:
+                  rel_tol: float = REL_TOL, base_dir: Any = None,
+                  on_probe: Callable[[float, bool], None] | None = None) -> MaxRate:
     """The highest scale of ``spec``'s client rates whose simulation meets ``bounds``
-    (within ``rel_tol``); scale 0 with no metrics when even the lowest probe fails."""
+    (within ``rel_tol``); scale 0 with no metrics when even the lowest probe fails.
+    ``on_probe(scale, met)`` after each simulation (a progress display)."""
     if not 0 < rel_tol < 1:
         raise SpecError(f"rel_tol must be in (0, 1), got {rel_tol}")
     probes: list[tuple[float, bool, list[str]]] = []
@@ -102,6 +105,8 @@ def find_max_rate(spec: ServingSpec, bounds: LatencyBounds, *,
         bad = bounds.violations(m)
         probes.append((scale, not bad, bad))
         cache[scale] = (not bad, m)
+        if on_probe is not None:
+            on_probe(scale, not bad)
         return not bad
 
     lo, hi = 0.0, 1.0

@@ -17,7 +17,7 @@ Procedure (reproducible: ``codesign calibrate PATH.csv``):
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from codesign.api import simulate_run
@@ -118,19 +118,28 @@ def source_halves(cases: Sequence[FixedCase]) -> tuple[set[str], set[str]]:
     return set(sources[0::2]), set(sources[1::2])
 
 
-def fit(cases: Sequence[FixedCase], jobs: int = 1) -> dict[str, float]:
+def fit(cases: Sequence[FixedCase], jobs: int = 1,
+        done: Callable[[int], None] = lambda k: None) -> dict[str, float]:
     """``sustained_fraction`` per GPU type present in ``cases``; with ``jobs`` > 1, one
-    process per GPU type (the fits are independent)."""
+    process per GPU type (the fits are independent). ``done(1)`` after each GPU type."""
     gpus = sorted({c.gpu for c in cases})
     groups = [[c for c in cases if c.gpu == g] for g in gpus]
     if jobs <= 1 or len(groups) <= 1:
-        return {g: fit_fraction(grp) for g, grp in zip(gpus, groups, strict=True)}
+        out = {}
+        for g, grp in zip(gpus, groups, strict=True):
+            out[g] = fit_fraction(grp)
+            done(1)
+        return out
     from concurrent.futures import ProcessPoolExecutor
 
     from codesign.runtime import pool_init
 
     with ProcessPoolExecutor(max_workers=min(jobs, len(groups)), **pool_init()) as pool:
-        return dict(zip(gpus, pool.map(fit_fraction, groups), strict=True))
+        res = {}
+        for g, f in zip(gpus, pool.map(fit_fraction, groups), strict=True):
+            res[g] = f
+            done(1)
+        return res
 
 
 @dataclass(frozen=True)
@@ -143,14 +152,20 @@ class CalibrationReport:
     # held-out results)
 
 
-def calibrate(cases: Sequence[MappedCase], jobs: int = 1) -> CalibrationReport:
-    """The whole procedure of the module docstring."""
+def calibrate(cases: Sequence[MappedCase], jobs: int = 1,
+              progress: Callable[[int], Callable[[int], None]] | None = None
+              ) -> CalibrationReport:
+    """The whole procedure of the module docstring. ``progress(total)``: a callback made
+    once the fits are counted, called with 1 after each per-GPU fit (a progress bar)."""
     fixed = settle(cases)
-    fractions = fit(fixed, jobs)
-    folds = []
     half_a, half_b = source_halves(fixed)
+    total = sum(len({c.gpu for c in grp}) for grp in (
+        fixed, [c for c in fixed if c.source in half_a], [c for c in fixed if c.source in half_b]))
+    done = progress(total) if progress is not None else (lambda k: None)
+    fractions = fit(fixed, jobs, done)
+    folds = []
     for train, test in ((half_a, half_b), (half_b, half_a)):
-        fitted = fit([c for c in fixed if c.source in train], jobs)
+        fitted = fit([c for c in fixed if c.source in train], jobs, done)
         held = evaluate([c for c in fixed if c.source in test], fitted)
         folds.append((sorted(train), fitted, held))
     return CalibrationReport(fractions, evaluate(fixed, fractions), folds)
