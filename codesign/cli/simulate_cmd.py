@@ -7,7 +7,14 @@ import json
 import sys
 from typing import Any
 
-from codesign.cli.common import EXIT_INPUT, add_format, add_run_flags, output_file, run_from_args
+from codesign.cli.common import (
+    EXIT_INPUT,
+    add_format,
+    add_progress,
+    add_run_flags,
+    output_file,
+    run_from_args,
+)
 
 
 def register(sub: Any) -> None:
@@ -24,6 +31,7 @@ def register(sub: Any) -> None:
     sim.add_argument("--trace", metavar="FILE.json", type=output_file,
                      help="also write the step's timeline as a Chrome/Perfetto trace")
     _add_expand_flags(sim)
+    add_progress(sim, default=True)
     sim.set_defaults(func=cmd_simulate)
 
 
@@ -146,9 +154,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             return EXIT_INPUT
         return 0
     if args.trace:
+        from codesign.runtime import progress_bar
         from codesign.trace.perfetto import simulate_with_trace
 
-        report = simulate_with_trace(run, args.trace)
+        report = simulate_with_trace(
+            run, args.trace, lambda total, what: progress_bar(
+                total, f"trace: {what}", "k tasks" if what == "tracing" else "chunk",
+                args.progress))
     else:
         report = simulate_run(run)
     if args.format == "json":

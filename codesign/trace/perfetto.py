@@ -29,7 +29,7 @@ running it, the step is run in full for the trace (same step time).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -102,9 +102,18 @@ def _op_args(op: Op) -> dict[str, Any]:
             "category": op.category, "layer": op.layer}
 
 
-def chrome_trace(graph: TrainingGraph, step: StepResult,
-                 network: NetworkModel) -> dict[str, Any]:
-    """The Chrome trace (``{"traceEvents": [...], ...}``) of one simulated step."""
+#: a progress display: made with the number of items, called with the count just done
+Progress = Callable[[int, str], Callable[[int], None]]
+
+
+def _no_progress(total: int, what: str) -> Callable[[int], None]:
+    return lambda k: None
+
+
+def chrome_trace(graph: TrainingGraph, step: StepResult, network: NetworkModel,
+                 progress: Progress = _no_progress) -> dict[str, Any]:
+    """The Chrome trace (``{"traceEvents": [...], ...}``) of one simulated step;
+    ``progress(thousands of tasks, "tracing")`` is told of every thousand tasks drawn."""
     run = graph.run
     pp = run.parallel.pp
     tl = step.timeline
@@ -122,7 +131,10 @@ def chrome_trace(graph: TrainingGraph, step: StepResult,
                        "ts": ts, "dur": round(end - ts, 3), "pid": stage, "tid": tid,
                        "args": args})
 
-    for task in tl.tasks:
+    tick = progress(len(tl.tasks) // 1000, "tracing")  # in thousands of tasks
+    for n, task in enumerate(tl.tasks):
+        if n % 1000 == 999:
+            tick(1)
         info = dict(task.meta)
         if "tail" in info:
             continue  # a pass's collectives running past it: drawn with the pass below
@@ -207,7 +219,8 @@ def _pass_events(slice_: Any, task: Task, node: Node, start: float, end: float,
 _EVENTS_PER_CHUNK = 20_000
 
 
-def write_chrome_trace(path: str | Path, trace: dict[str, Any]) -> None:
+def write_chrome_trace(path: str | Path, trace: dict[str, Any],
+                       progress: Progress = _no_progress) -> None:
     """Write a Chrome trace as compact JSON. The events are encoded in chunks with
     ``json.dumps`` (the C encoder; ``json.dump`` to a file streams through the pure-Python
     one, about ten times slower), so memory holds one chunk's text at a time."""
@@ -215,9 +228,11 @@ def write_chrome_trace(path: str | Path, trace: dict[str, Any]) -> None:
     events = trace.get("traceEvents", [])
     rest = {k: v for k, v in trace.items() if k != "traceEvents"}
     sep = (",", ":")
+    tick = progress(-(-len(events) // _EVENTS_PER_CHUNK), "writing")
     with open(path, "w", encoding="utf-8") as f:
         f.write('{"traceEvents":[')
         for i in range(0, len(events), _EVENTS_PER_CHUNK):
+            tick(1)
             if i:
                 f.write(",")
             f.write(json.dumps(events[i:i + _EVENTS_PER_CHUNK], separators=sep)[1:-1])
@@ -227,11 +242,13 @@ def write_chrome_trace(path: str | Path, trace: dict[str, Any]) -> None:
         f.write("}")
 
 
-def simulate_with_trace(run: TrainingRun, path: str | Path) -> TrainingReport:
-    """Simulate ``run`` and write its timeline to ``path`` (only for a feasible plan)."""
+def simulate_with_trace(run: TrainingRun, path: str | Path,
+                        progress: Progress = _no_progress) -> TrainingReport:
+    """Simulate ``run`` and write its timeline to ``path`` (only for a feasible plan);
+    ``progress`` shows the drawing and the writing."""
     report, step, graph, network = simulate_with_step(run)
     if step is not None and graph is not None and network is not None:
-        write_chrome_trace(path, chrome_trace(graph, step, network))
+        write_chrome_trace(path, chrome_trace(graph, step, network, progress), progress)
     return report
 
 
