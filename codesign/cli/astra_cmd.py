@@ -8,7 +8,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from codesign.cli.common import add_format, add_out, add_progress, add_run_flags, run_from_args
+from codesign.cli.common import (
+    add_format,
+    add_out,
+    add_progress,
+    add_run_flags,
+    print_notes,
+    run_from_args,
+)
 
 
 def register(sub: Any) -> None:
@@ -96,10 +103,7 @@ def _run(args: argparse.Namespace, run: Any, binary: Path, prefix: Path) -> int:
     for r in rows:
         print(f"{r.stage:>6} {r.codesign_s:>12.4f} {r.astra_s:>12.4f} {r.diff_pct:>+7.1f}%")
     print(f"{'step':>6} {step_cs:>12.4f} {astra.step_time_s:>12.4f} {out['diff_pct']:>+7.1f}%")
-    if exported.notes:
-        print("known differences (ASTRA-sim vs codesign):")
-        for note in exported.notes:
-            print(f"  - {note}")
+    print_notes("known differences (ASTRA-sim vs codesign):", exported.notes)
     return 0
 
 

@@ -185,3 +185,11 @@ def add_progress(ap: argparse.ArgumentParser, default: bool) -> None:
                          f"{'on' if default else 'off'})")
     ap.add_argument("--quiet", dest="progress", action="store_false",
                     help="no progress bar (as --no-progress)")
+
+
+def print_notes(title: str, notes: Sequence[str]) -> None:
+    """``title`` and one ``  - note`` line per note (nothing when there are none)."""
+    if notes:
+        print(title)
+        for note in notes:
+            print(f"  - {note}")

@@ -6,7 +6,14 @@ import argparse
 import json
 from typing import Any
 
-from codesign.cli.common import add_format, add_out, add_progress, add_run_flags, run_from_args
+from codesign.cli.common import (
+    add_format,
+    add_out,
+    add_progress,
+    add_run_flags,
+    print_notes,
+    run_from_args,
+)
 from codesign.errors import SpecError
 
 
@@ -64,8 +71,5 @@ def cmd_export_chakra(args: argparse.Namespace) -> int:
     print(f"network: {result.files['network']}")
     print(f"system:  {result.files['system']}")
     print(f"memory:  {result.files['memory']}")
-    if result.notes:
-        print("ASTRA-sim differences:")
-        for note in result.notes:
-            print(f"  - {note}")
+    print_notes("ASTRA-sim differences:", result.notes)
     return 0
