@@ -17,7 +17,8 @@ import subprocess
 import sys
 import time
 
-#: name -> codesign astra flags (64 to 512 ranks)
+#: name -> codesign astra flags (64 to 4,096 ranks; the 4,096-rank plan takes ASTRA-sim
+#: about 25 minutes per run on a 2-core machine)
 PLANS: dict[str, list[str]] = {
     "TP8 PP8 (GPT-3 175B)": ["--model", "gpt3-175b", "--gpu", "h100", "--gpus", "64",
                              "--tp", "8", "--pp", "8", "--global-batch", "64",
@@ -40,6 +41,9 @@ PLANS: dict[str, list[str]] = {
     "TP8 PP4 DP16 (Llama 3 70B, 512 ranks)": ["--model", "llama3-70b", "--gpu", "h100",
                                               "--gpus", "512", "--tp", "8", "--pp", "4",
                                               "--global-batch", "128", "--sp"],
+    "TP8 DP512 (Llama 3 8B, one micro-batch per replica)": [
+        "--model", "llama3-8b", "--gpu", "h100", "--gpus", "4096", "--tp", "8", "--pp", "1",
+        "--global-batch", "512", "--sp"],
     "TP8 PP2 DP4 on FullFlat (Llama 3 8B)": ["--model", "llama3-8b", "--gpu", "h100",
                                              "--topology", "fullflat-h100", "--gpus", "64",
                                              "--tp", "8", "--pp", "2", "--global-batch", "32"],
