@@ -186,6 +186,7 @@ class NetworkModel:
         #: (folded expert groups), for the torus geometry
         self._generators: dict[str, tuple[tuple[int, int], ...]] = {}
         self._geometries: dict[str, torus.Geometry] = {}
+        self._torus_tiers: dict[str, Tier] = {}
         self._torus_shape: tuple[int, ...] | None = None
         if isinstance(topology, FullFlatTopology):
             self.domain_size = layout.world
@@ -391,7 +392,7 @@ class NetworkModel:
         """The scale-up tier a group spanning several slices sees inside its slice: the ring
         bandwidth that moves a reduce-scatter as fast as the torus does for its in-slice
         members."""
-        tier = self._out_tiers.get("torus:" + group)
+        tier = self._torus_tiers.get(group)
         if tier is not None:
             return tier
         g = self.geometry(group)
@@ -406,7 +407,7 @@ class NetworkModel:
                     efficiency_max=up.efficiency_max,
                     efficiency_half_size=up.efficiency_half_size, in_network=False,
                     log_tree=False)
-        self._out_tiers["torus:" + group] = tier
+        self._torus_tiers[group] = tier
         return tier
 
     def group_tier(self, kind: str, p: GroupPlacement) -> str:
