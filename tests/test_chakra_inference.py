@@ -66,6 +66,9 @@ def test_decode_dense_tp2_matches_the_step_cost_and_hand_counts(tmp_path: Path) 
     # compute time of each rank = the serving step cost's compute time of the step
     assert s.max_rank_compute_time_s == pytest.approx(_compute_s(cost, step), abs=ROUNDING_S)
     assert s.compute_time_s == pytest.approx(tp * _compute_s(cost, step), abs=tp * ROUNDING_S)
+    # the chain of a rank (kernels and collectives, nothing overlapped) is the step's price
+    assert sum(result.stage_time_s) == pytest.approx(cost.exact_time_s(step.shape()),
+                                                     rel=1e-12)
     # per layer and rank: QKV, out, gated MLP up (2f) and down GEMMs, attention over L+1 keys
     layer = (2 * b * h * (a + 2 * kv) * d + 2 * b * h * h + 2 * b * h * 2 * f
              + 2 * b * f * h) / tp + 4 * (a / tp) * d * b * (ctx + 1)
@@ -80,8 +83,9 @@ def test_decode_dense_tp2_matches_the_step_cost_and_hand_counts(tmp_path: Path) 
     assert set(s.collectives) == {"all_reduce", "all_gather"} and not s.p2p
     assert s.metadata["phase"] == "decode" and s.metadata["batch"] == b
     assert s.metadata["context_len"] == ctx and s.metadata["num_ranks"] == tp
-    assert result.nodes_per_stage == (n * 13 + 2 + 4,)  # 13 per layer; embedding + its all-reduce; norm,
-    # logits, their all-gather, sampling
+    # 13 nodes per layer; the embedding and its all-reduce; norm, logits, their all-gather
+    # and sampling
+    assert result.nodes_per_stage == (n * 13 + 2 + 4,)
 
 
 def test_every_node_waits_for_the_one_before(tmp_path: Path) -> None:
@@ -103,6 +107,9 @@ def test_prefill_with_pp_sends_activations_between_stages(tmp_path: Path) -> Non
     assert s.compute_time_s == pytest.approx(tp * _compute_s(cost, step),
                                              abs=tp * pp * ROUNDING_S, rel=1e-6)
     assert sum(result.stage_compute_s) == pytest.approx(_compute_s(cost, step), rel=1e-12)
+    # stage 0's chain ends with its send, stage 1's starts with the receive (not counted)
+    assert sum(result.stage_time_s) == pytest.approx(cost.exact_time_s(step.shape()),
+                                                     rel=1e-12)
     tokens = b * seq
     assert s.p2p == {"send": {"count": tp, "bytes": tp * tokens * h * 2},
                      "recv": {"count": tp, "bytes": tp * tokens * h * 2}}
@@ -122,8 +129,8 @@ def test_moe_ep_counts_all_to_alls(tmp_path: Path) -> None:
     all-reduce (attention), dispatch and combine all-to-alls on the EP group, the expert TP
     all-gather and reduce-scatter; each replica holds B/ep = 8 sequences."""
     b, ctx, tp, ep = 16, 512, 2, 2
-    cost, result, s = _export(tmp_path, "mixtral-8x7b", InferenceStep("decode", b, ctx),
-                              tp=tp, ep=ep)
+    cost, _, s = _export(tmp_path, "mixtral-8x7b", InferenceStep("decode", b, ctx),
+                         tp=tp, ep=ep)
     m = load_model("mixtral-8x7b")
     assert m.moe is not None
     n, h, k = m.num_layers, m.hidden_size, m.moe.top_k
@@ -170,7 +177,7 @@ def test_cli_export_inspect_and_serving_spec(tmp_path: Path,
 
 
 def test_infeasible_plans_are_refused_with_serves_reason(tmp_path: Path) -> None:
-    with pytest.raises(InfeasiblePlan, match="^tp 3 does not divide num_heads 32"):
+    with pytest.raises(InfeasiblePlan, match=r"^tp 3 does not divide num_heads 32"):
         _export(tmp_path, "llama3-8b", InferenceStep("decode", 1, 10), tp=3)
     # 70B parameters at 2 bytes do not fit one 80 GB GPU
     with pytest.raises(InfeasiblePlan, match="leave no HBM for the KV cache"):
@@ -197,6 +204,14 @@ def test_infeasible_plans_are_refused_with_serves_reason(tmp_path: Path) -> None
     (["--phase", "decode", "--model", "llama3-8b", "--context-len", "8", "--gpus", "4"],
      "--gpus: an inference export writes one engine replica of tp × pp × ep = 1 GPUs"),
     (["--phase", "decode", "--context-len", "8"], "--model: required"),
+    (["--phase", "decode", "--model", "llama3-8b", "--context-len", "8", "--tp", "0"],
+     "InferencePlan.tp: Input should be greater than or equal to 1"),
+    (["--phase", "decode", "--model", "llama3-8b", "--context-len", "8",
+      "--max-num-tokens", "0"], "--max-num-tokens must be >= 1"),
+    (["--phase", "decode", "--model", "no-such-model", "--context-len", "8"],
+     "no-such-model"),
+    (["--phase", "decode", "--model", "llama3-8b", "--context-len", "-1"],
+     "--context-len must be >= 0"),
     (["--batch", "4", "--model", "llama3-8b"], "--batch: an inference-step flag"),
     (["--phase", "decode", "--context-len", "8", "--serving",
       "examples/serving/disaggregated.yaml", "--engine", "nope"], "no engine 'nope'"),

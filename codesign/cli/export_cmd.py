@@ -96,23 +96,27 @@ def cmd_export_chakra(args: argparse.Namespace) -> int:
 
     progress = cumulative_progress(run.num_gpus, "exporting", "rank", args.progress)
     result = export_chakra(run, args.out, progress=progress, force=args.force)
-    if args.format == "json":
+    return _report(result, args.format)
+
+
+def _report(result: Any, fmt: str, step_line: str = "") -> int:
+    """Print what an export wrote (``fmt`` json: its ``to_dict``); ``step_line``: a line
+    about the exported step after the first."""
+    if fmt == "json":
         print(json.dumps(result.to_dict(), indent=2))
         return 0
     nodes = result.nodes_per_stage
     print(f"wrote {result.num_ranks:,} traces {result.files['traces']} "
           f"({result.bytes_written / 1e6:,.1f} MB, {min(nodes):,}-{max(nodes):,} nodes per "
           f"rank) in {result.elapsed_s:.2f} s ({result.ranks_per_s:,.0f} ranks/s)")
+    if step_line:
+        print(step_line)
     print(f"groups:  {result.files['groups']} ({result.num_groups:,} communicator groups)")
-    _print_files(result)
-    return 0
-
-
-def _print_files(result: Any) -> None:
     print(f"network: {result.files['network']}")
     print(f"system:  {result.files['system']}")
     print(f"memory:  {result.files['memory']}")
     print_notes("ASTRA-sim differences:", result.notes)
+    return 0
 
 
 _INFERENCE_FLAGS = ("--batch", "--input-len", "--context-len", "--weight-dtype", "--kv-dtype",
@@ -130,13 +134,7 @@ def _export_inference(args: argparse.Namespace) -> int:
     """``export chakra --phase``: one inference step of one engine replica."""
     from codesign.cli.plan_flags import flag_of, plan_from_args
     from codesign.runtime import cumulative_progress
-    from codesign.specs.inference import InferencePlan
-    from codesign.trace.chakra_inference import (
-        InferenceStep,
-        engine_cost,
-        export_inference_chakra,
-        serving_engine_cost,
-    )
+    from codesign.trace.chakra_inference import InferenceStep, export_inference_chakra
 
     plan = plan_from_args(args)
     training = [flag_of(k).flag for k in plan if k not in ("tp", "pp", "ep")]
@@ -155,6 +153,22 @@ def _export_inference(args: argparse.Namespace) -> int:
                         f"required for a {args.phase} step")
     step = InferenceStep(args.phase, 1 if args.batch is None else args.batch, length)
     step.check()
+    cost, spec = _engine_of(args, plan)
+    progress = cumulative_progress(cost.plan.num_gpus, "exporting", "rank", args.progress)
+    result = export_inference_chakra(cost, step, args.out, progress, spec=spec)
+    lengths = ", ".join(f"{k} {v}" for k, v in step.to_dict().items() if k != "phase")
+    comp = " + ".join(f"{t * 1e3:.4f}" for t in result.stage_compute_s)
+    return _report(result, args.format,
+                   f"step:    {step.phase}, {lengths}: {sum(result.stage_time_s) * 1e3:.4f} ms "
+                   f"(compute {comp} ms per stage)")
+
+
+def _engine_of(args: argparse.Namespace, plan: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """(the engine's step cost, what to record of it) from --serving or the flags."""
+    from codesign.cli.plan_flags import flag_of
+    from codesign.specs.inference import InferencePlan
+    from codesign.trace.chakra_inference import engine_cost, serving_engine_cost
+
     values = {**_inference_values(args), "--gpu": args.gpu, "--topology": args.topology,
               **{flag_of(k).flag: v for k, v in plan.items()}}
     if args.serving:
@@ -167,28 +181,14 @@ def _export_inference(args: argparse.Namespace) -> int:
             raise SpecError("--engine: names an engine of --serving SPEC.yaml; give --serving")
         if args.model is None:
             raise SpecError("--model: required for an inference export (or give --serving)")
-        inf = InferencePlan(tp=plan.get("tp", 1), pp=plan.get("pp", 1), ep=plan.get("ep", 1),
-                            weight_dtype=args.weight_dtype or "bf16",
-                            kv_dtype=args.kv_dtype or "bf16")
+        inf = InferencePlan.parse({**plan, "weight_dtype": args.weight_dtype or "bf16",
+                                   "kv_dtype": args.kv_dtype or "bf16"}, "export chakra")
+        if args.max_num_tokens is not None and args.max_num_tokens < 1:
+            raise SpecError(f"--max-num-tokens must be >= 1, got {args.max_num_tokens}")
         extra = {} if args.max_num_tokens is None else {"max_num_tokens": args.max_num_tokens}
         cost, spec = engine_cost(args.model, args.gpu or "h100", args.topology, inf,
                                  **extra), {}
     if args.num_gpus is not None and args.num_gpus != cost.plan.num_gpus:
         raise SpecError(f"--gpus: an inference export writes one engine replica of "
                         f"tp × pp × ep = {cost.plan.num_gpus} GPUs, got {args.num_gpus}")
-    progress = cumulative_progress(cost.plan.num_gpus, "exporting", "rank", args.progress)
-    result = export_inference_chakra(cost, step, args.out, progress, spec=spec)
-    if args.format == "json":
-        print(json.dumps(result.to_dict(), indent=2))
-        return 0
-    nodes = result.nodes_per_stage
-    print(f"wrote {result.num_ranks:,} traces {result.files['traces']} "
-          f"({result.bytes_written / 1e6:,.2f} MB, {min(nodes):,}-{max(nodes):,} nodes per "
-          f"rank) in {result.elapsed_s:.2f} s")
-    lengths = ", ".join(f"{k} {v}" for k, v in step.to_dict().items() if k != "phase")
-    comp = " + ".join(f"{t * 1e3:.4f}" for t in result.stage_compute_s)
-    print(f"step:    {step.phase}, {lengths}: {sum(result.stage_time_s) * 1e3:.4f} ms "
-          f"(compute {comp} ms per stage)")
-    print(f"groups:  {result.files['groups']} ({result.num_groups:,} communicator groups)")
-    _print_files(result)
-    return 0
+    return cost, spec
