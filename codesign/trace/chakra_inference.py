@@ -111,6 +111,15 @@ class InferenceExport(ChakraExport):
     stage_compute_s: tuple[float, ...] = ()
     stage_time_s: tuple[float, ...] = ()
 
+    def step_line(self) -> str:
+        """One line: the step, its time and each stage's compute time (ms)."""
+        if self.step is None:
+            return ""
+        lengths = ", ".join(f"{k} {v}" for k, v in self.step.to_dict().items() if k != "phase")
+        comp = " + ".join(f"{t * 1e3:.4f}" for t in self.stage_compute_s)
+        return (f"step:    {self.step.phase}, {lengths}: {sum(self.stage_time_s) * 1e3:.4f} ms "
+                f"(compute {comp} ms per stage)")
+
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
         out.update(step=self.step.to_dict() if self.step is not None else None,
