@@ -11,6 +11,8 @@ the 0.5 us of their integer-microsecond rounding.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -227,3 +229,33 @@ def test_cli_bad_input_is_one_line(argv: list[str], message: str, tmp_path: Path
     assert message in err and err.count("\n") == 1
     assert not list(tmp_path.iterdir())
 
+
+
+def test_astra_runs_an_inference_export(tmp_path: Path) -> None:
+    """``codesign astra --phase``: the export runs through a stand-in ASTRA-sim binary; the
+    codesign side of each stage is the running sum of the stages' chains (stage 1 waits for
+    stage 0's send), whose total is the step cost's exact step time."""
+    from test_astra_run import _fake_astra
+
+    fake = _fake_astra(tmp_path, 30_000_000)
+    argv = ["--phase", "prefill", "--model", "llama3-8b", "--tp", "2", "--pp", "2",
+            "--batch", "2", "--input-len", "256"]
+    out = subprocess.run([sys.executable, "-m", "codesign.cli", "astra", *argv, "--bin",
+                          str(fake), "--format", "json", "--quiet", "--out",
+                          str(tmp_path / "t")], capture_output=True, text=True, check=False,
+                         cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    cost = _cost("llama3-8b", tp=2, pp=2)
+    step = InferenceStep("prefill", 2, 256)
+    result = export_inference_chakra(cost, step, tmp_path / "again")
+    assert data["ranks"] == 4
+    assert data["codesign_step_s"] == pytest.approx(cost.exact_time_s(step.shape()), rel=1e-12)
+    assert [s["codesign_s"] for s in data["stages"]] == pytest.approx(
+        [result.stage_time_s[0], sum(result.stage_time_s)], rel=1e-12)
+    # ranks 0-1 are stage 0, 2-3 stage 1 (PP outermost); the stand-in prints 30 ms + rank ns
+    assert [s["astra_s"] for s in data["stages"]] == pytest.approx([0.030000001, 0.030000003])
+    bad = subprocess.run([sys.executable, "-m", "codesign.cli", "astra", *argv, "--bin",
+                          str(fake), "--match-network"], capture_output=True, text=True,
+                         check=False, cwd=ROOT)
+    assert bad.returncode == 2 and "--match-network: not available" in bad.stderr

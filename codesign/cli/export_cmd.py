@@ -26,7 +26,8 @@ def register(sub: Any) -> None:
     """Add ``export`` (with its ``chakra`` format) to the top-level subparsers ``sub``."""
     exp = sub.add_parser(
         "export", help="export a training step as execution traces for other simulators",
-        description="Export one training step of a run as execution traces.")
+        description="Export one training step of a run (or, with --phase, one inference step "
+                    "of a serving engine) as execution traces.")
     formats = exp.add_subparsers(dest="export_format", metavar="FORMAT", required=True)
     ch = formats.add_parser(
         "chakra", help="Chakra execution traces for ASTRA-sim, one file per rank",
@@ -39,9 +40,13 @@ def register(sub: Any) -> None:
                     "out-of-memory plan is refused with simulate's reason unless --force is "
                     "given (then every trace's metadata carries codesign_infeasible). The "
                     "known differences between ASTRA-sim's reading of the files and "
-                    "codesign's model are printed after the summary.",
-        epilog="Example:\n  codesign export chakra --model gpt3-175b --gpu h100 --gpus 64 "
-               "--tp 8 --pp 8 --micro-batch 1 --global-batch 64 --out out/gpt3",
+                    "codesign's model are printed after the summary. With --phase: one "
+                    "prefill or decode step of one serving-engine replica instead "
+                    "(docs/astra-sim.md, 'Inference steps').",
+        epilog="Examples:\n  codesign export chakra --model gpt3-175b --gpu h100 --gpus 64 "
+               "--tp 8 --pp 8 --micro-batch 1 --global-batch 64 --out out/gpt3\n"
+               "  codesign export chakra --phase decode --model llama3-8b --tp 2 --batch 8 "
+               "--context-len 1024 --out out/l8-decode",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_flags(ch)
     add_out(ch, "PREFIX", "path prefix of the files written (directories are created; "
