@@ -103,7 +103,7 @@ def _engine_of(args: argparse.Namespace,
 
     values = {**_inference_values(args), "--gpu": args.gpu, "--topology": args.topology,
               **{flag_of(k).flag: v for k, v in plan.items()}}
-    if args.serving:
+    if args.serving is not None:
         clash = [f for f in _ENGINE_FLAGS if values.get(f) is not None]
         if clash:
             raise SpecError(f"{clash[0]}: the engine comes from --serving {args.serving}")
@@ -118,8 +118,8 @@ def _engine_of(args: argparse.Namespace,
         if args.max_num_tokens is not None and args.max_num_tokens < 1:
             raise SpecError(f"--max-num-tokens must be >= 1, got {args.max_num_tokens}")
         extra = {} if args.max_num_tokens is None else {"max_num_tokens": args.max_num_tokens}
-        cost, spec = engine_cost(args.model, args.gpu or "h100", args.topology, inf,
-                                 **extra), {}
+        gpu = "h100" if args.gpu is None else args.gpu
+        cost, spec = engine_cost(args.model, gpu, args.topology, inf, **extra), {}
     if args.num_gpus is not None and args.num_gpus != cost.plan.num_gpus:
         raise SpecError(f"--gpus: an inference export writes one engine replica of "
                         f"tp × pp × ep = {cost.plan.num_gpus} GPUs, got {args.num_gpus}")

@@ -260,7 +260,7 @@ def engine_cost(model: str, gpu: str, topology: str | None, plan: InferencePlan,
     None = the GPU's system. Raises :class:`InfeasiblePlan` with ``serve``'s reason for a
     plan that does not fit the model or the GPU's memory."""
     gpu_spec = load_gpu(gpu)
-    topo = load_topology(topology or gpu_spec.default_topology)
+    topo = load_topology(gpu_spec.default_topology if topology is None else topology)
     return StepCostModel.build(load_model(model), gpu_spec, topo, plan,
                                max_num_tokens=max_num_tokens)
 
