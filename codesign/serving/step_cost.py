@@ -187,6 +187,12 @@ class StepCostModel:
         contexts sum to ``context_sum`` (decode attention depends only on the sum)."""
         return self.shape_time_s(StepShape.mixed(prefill, decode, context_sum))
 
+    @property
+    def custom_allreduce_used(self) -> bool:
+        """Whether TP all-reduces are priced with the custom-kernel model too (enabled, TP
+        > 1, and the TP group inside one NVLink domain)."""
+        return self._custom_bw > 0
+
     def kv_transfer_bytes(self, tokens: int) -> float:
         """KV-cache bytes of a request of ``tokens`` tokens: all layers, all KV heads, counted
         once (TP copies of replicated heads or of an MLA latent are not counted)."""
@@ -264,6 +270,12 @@ class StepCostModel:
         return sum(self._price(o) for stage in self.workload.step_ops(shape) for o in stage)
 
     # --- pricing ------------------------------------------------------------------------
+
+    def op_time_s(self, op: Op) -> float:
+        """Seconds of one bound operator as every price of this model takes it: a kernel by
+        the compute model, a collective by the network model (a TP all-reduce inside an
+        NVLink domain by the faster of that and the custom-kernel model)."""
+        return self._price(op)
 
     def _price(self, op: Op) -> float:
         if op.kind == "comm":
