@@ -166,3 +166,15 @@ def test_fp4_run_on_b200_is_faster_than_fp8_without_kept_layers() -> None:
                                 **plan)).step_time_s
     assert t8 is not None and t4 is not None
     assert t8 / 2 < t4 < t8
+
+
+def test_search_estimate_samples_an_fp4_layer() -> None:
+    """The search prices each layer kind from one sample layer: under FP4 with the first 2
+    layers kept, layer 2 (the first FP4 one); otherwise layer 0, as before."""
+    from codesign.search.costs import _sample_layer
+
+    kinds = (False,) * 12
+    assert _sample_layer(_run(dtype="fp4"), kinds, False) == 2
+    assert _sample_layer(_run(dtype="fp8"), kinds, False) == 0
+    # every layer kept (2 + 10 of 12): the first layer of the kind
+    assert _sample_layer(_run(dtype="fp4", fp4_high_precision_last=10), kinds, False) == 0

@@ -86,7 +86,7 @@ class ParallelismSpec(Spec):
     dtype: Literal["bf16", "fp16", "fp8", "fp4"] = Field(
         default="bf16",
         description="GEMM precision of the linear layers; fp4 = NVFP4 (E2M1 values, an E4M3 "
-                    "scale per 16, an FP32 scale per tensor; Blackwell-class parts only)")
+                    "scale per 16, an FP32 scale per tensor; parts with an FP4 peak only)")
     fp4_high_precision_first: int = Field(
         default=2, ge=0,
         description="with dtype fp4: the first N transformer layers keep their GEMMs in "
