@@ -178,3 +178,23 @@ def test_search_estimate_samples_an_fp4_layer() -> None:
     assert _sample_layer(_run(dtype="fp8"), kinds, False) == 0
     # every layer kept (2 + 10 of 12): the first layer of the kind
     assert _sample_layer(_run(dtype="fp4", fp4_high_precision_last=10), kinds, False) == 0
+
+
+def test_router_stays_bf16_in_an_fp8_kept_layer_of_an_fp4_plan() -> None:
+    """MoE layers of an FP4 plan: the router GEMM is BF16 in FP4 layers and in the layers kept
+    in FP8; the experts run FP4 and FP8 respectively."""
+    from codesign.specs import MoESpec
+
+    model = tiny_model(num_layers=4, moe=MoESpec(num_experts=4, top_k=2,
+                                                 expert_ffn_hidden_size=512))
+    run = TrainingRun(model=model, gpu=ideal_gpu(peak_tflops=PEAKS), topology=fast_network(),
+                      parallel=ParallelismSpec(dtype="fp4", fp4_high_precision_first=1,
+                                               fp4_high_precision_last=0,
+                                               fp4_high_precision_dtype="fp8"),
+                      num_gpus=1)
+    ops = _gemms(run)
+    assert {o.precision for o in ops if o.name.startswith("router")} == {"bf16"}
+    assert {o.precision for o in ops if o.name.startswith("expert_up") and o.layer == 0} == \
+        {"fp8"}
+    assert {o.precision for o in ops if o.name.startswith("expert_up") and o.layer == 1} == \
+        {"fp4"}

@@ -92,8 +92,9 @@ def layer_assignment(num_layers: int, virtual_stages: int) -> list[tuple[int, ..
     return out
 
 
-def template_precision(t: OpTemplate, dtype: str) -> str:
-    """GEMM precision of template ``t`` in a layer whose linear layers run at ``dtype``.
+def template_precision(t: OpTemplate, dtype: str, plan_dtype: str | None = None) -> str:
+    """GEMM precision of template ``t`` in a layer whose linear layers run at ``dtype``, in a
+    plan of GEMM dtype ``plan_dtype`` (default ``dtype``).
 
     Under FP4 the router and the LM head (``logits``) stay in BF16: frameworks keep them out
     of the low-precision recipe (Megatron-Core builds the output layer as a plain
@@ -101,12 +102,14 @@ def template_precision(t: OpTemplate, dtype: str) -> str:
     Engine's quantized modules; the NVFP4 recipe, arXiv 2509.25149 Sec. 4, keeps embeddings
     and the output head in BF16). Under FP8 they keep the plan's dtype, as before FP4 was
     modelled (results unchanged)."""
-    if t.precision != "gemm" or (dtype == "fp4" and t.name in UNQUANTIZED_GEMMS):
+    fp4_plan = (plan_dtype or dtype) == "fp4"
+    if t.precision != "gemm" or (fp4_plan and t.name in UNQUANTIZED_GEMMS):
         return "bf16"
     return dtype
 
 
-def _bind(t: OpTemplate, env: Mapping[str, float], layer: int, precision: str) -> Op:
+def _bind(t: OpTemplate, env: Mapping[str, float], layer: int, precision: str,
+          plan_dtype: str | None = None) -> Op:
     mnk = None
     if t.mnk is not None:
         mnk = (t.mnk[0].evaluate(env), t.mnk[1].evaluate(env), t.mnk[2].evaluate(env))
@@ -114,7 +117,7 @@ def _bind(t: OpTemplate, env: Mapping[str, float], layer: int, precision: str) -
         name=t.name, kind=t.kind, category="forward", layer=layer,
         flops=t.flops.evaluate(env), bytes=t.bytes.evaluate(env), mnk=mnk,
         comm=t.comm, group=t.group, size=evaluate(t.size, env), overlap=t.overlap,
-        causal=t.causal, precision=template_precision(t, precision),
+        causal=t.causal, precision=template_precision(t, precision, plan_dtype),
         count=evaluate(t.count, env) if t.count is not None else 1.0,
         role="fwd" if t.kind == "gemm" else "",
         attn_shape=(tuple(x.evaluate(env) for x in t.attn)  # type: ignore[arg-type]
@@ -221,7 +224,7 @@ class ChunkBinder:
                 env = {**env, "eg": DTYPE_BYTES[prec], "ew": DTYPE_BYTES[prec]}
             p = run.parallel
             temps = _layer_templates(run, moe_layer)
-            fwd = [_bind(t, env, 0, prec) for t in temps]
+            fwd = [_bind(t, env, 0, prec, self.prec) for t in temps]
             bwd = [backward_of(o, t) for o, t in zip(fwd, temps, strict=True)]
             saved = sum(t.saved.evaluate(env) for t in temps
                         if not (p.recompute == "selective" and t.attn_core))
