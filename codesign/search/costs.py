@@ -27,6 +27,7 @@ from codesign.engine.executor import execute_in_order
 from codesign.ir import Category, Op
 from codesign.network.model import NetworkModel
 from codesign.specs.run import TrainingRun
+from codesign.workload.dims import high_precision_layer
 from codesign.workload.step_program import pass_ops, release_order
 from codesign.workload.training import ChunkBinder, ChunkGraph
 
@@ -100,6 +101,15 @@ def phase_ops(ch: ChunkGraph, phases: tuple[str, ...]) -> dict[str, tuple[Op, ..
     return {ph: pass_ops(ch.forward, ch.backward, ph, split) for ph in phases}
 
 
+def _sample_layer(sample: TrainingRun, kinds: tuple[bool, ...], kind: bool) -> int:
+    """The layer that stands for every layer of ``kind``: the first of that kind, or under
+    ``dtype: fp4`` the first one whose GEMMs run in FP4 (the estimate then prices the
+    recipe's few high-precision layers as FP4 too; the engine confirms the best plans)."""
+    of_kind = [i for i, k in enumerate(kinds) if k == kind]
+    in_fp4 = [i for i in of_kind if not high_precision_layer(sample, i)]
+    return (in_fp4 or of_kind)[0]
+
+
 def time_layers(sample: TrainingRun, kinds: tuple[bool, ...], net: NetworkModel,
                 compute: Callable[[Op], float], phases: tuple[str, ...]) -> LayerCosts:
     """Bind and time one layer of each kind (plus embedding and head) of ``sample`` (a plan
@@ -122,7 +132,7 @@ def time_layers(sample: TrainingRun, kinds: tuple[bool, ...], net: NetworkModel,
     payload: dict[bool, float] = {}
     params: dict[bool, tuple[float, float]] = {}
     for kind in sorted(set(kinds)):
-        ch, _ = binder.chunk(0, (kinds.index(kind),), False, False)
+        ch, _ = binder.chunk(0, (_sample_layer(sample, kinds, kind),), False, False)
         for ph, pc in timed(ch).items():
             per[ph][kind] = pc
         saved[kind] = ch.saved_bytes

@@ -83,7 +83,26 @@ class ParallelismSpec(Spec):
         json_schema_extra={"flag": "--zero", "search": "switch", "order": 7})
     fsdp: bool = Field(default=False, description="FSDP full sharding; implies zero_stage 3",
                        json_schema_extra={"column": False})
-    dtype: Literal["bf16", "fp16", "fp8"] = Field(default="bf16", description="GEMM precision")
+    dtype: Literal["bf16", "fp16", "fp8", "fp4"] = Field(
+        default="bf16",
+        description="GEMM precision of the linear layers; fp4 = NVFP4 (E2M1 values, an E4M3 "
+                    "scale per 16, an FP32 scale per tensor; parts with an FP4 peak only)")
+    fp4_high_precision_first: int = Field(
+        default=2, ge=0,
+        description="with dtype fp4: the first N transformer layers keep their GEMMs in "
+                    "fp4_high_precision_dtype (NVFP4 recipe, arXiv 2509.25149 Sec. 4: first 2 "
+                    "and last 8 of 62 blocks in BF16)",
+        json_schema_extra={"column": False})
+    fp4_high_precision_last: int = Field(
+        default=8, ge=0,
+        description="with dtype fp4: the last N transformer layers keep their GEMMs in "
+                    "fp4_high_precision_dtype (NVFP4 recipe, arXiv 2509.25149 Sec. 4)",
+        json_schema_extra={"column": False})
+    fp4_high_precision_dtype: Literal["bf16", "fp8"] = Field(
+        default="bf16",
+        description="with dtype fp4: GEMM precision of the layers kept out of FP4 (the NVFP4 "
+                    "recipe keeps them in BF16; fp8 needs an FP8 peak)",
+        json_schema_extra={"column": False})
     flash_attention: bool = Field(default=True,
                                  description="fused (flash) attention, no s×s matrix",
                                  json_schema_extra={"column": False})

@@ -3,6 +3,7 @@ micro-batch), and check that the plan is feasible for the model and cluster."""
 
 from __future__ import annotations
 
+from codesign.specs.inference import DTYPE_BYTES
 from codesign.specs.run import TrainingRun
 from codesign.workload.layers import LayerStructure
 
@@ -56,10 +57,32 @@ def plan_problems(run: TrainingRun) -> list[str]:
             out.append(f"etp {p.expert_tp} does not divide expert_ffn_hidden_size")
     elif p.ep > 1:
         out.append(f"ep {p.ep} > 1 needs an MoE model; {m.name} is dense")
-    if p.dtype == "fp8" and "fp8" not in run.gpu.peak_tflops:
-        out.append(f"dtype fp8 is not supported by {run.gpu.name} "
-                   f"(has {', '.join(sorted(run.gpu.peak_tflops))})")
+    have = run.gpu.peak_tflops
+    if p.dtype in ("fp8", "fp4") and p.dtype not in have:
+        out.append(f"dtype {p.dtype} is not supported by {run.gpu.name} "
+                   f"(has {', '.join(sorted(have))})")
+    elif (p.dtype == "fp4" and p.fp4_high_precision_dtype not in have
+          and any(high_precision_layer(run, i) for i in range(m.num_layers))):
+        out.append(f"fp4_high_precision_dtype {p.fp4_high_precision_dtype} is not supported "
+                   f"by {run.gpu.name} (has {', '.join(sorted(have))})")
     return out
+
+
+def high_precision_layer(run: TrainingRun, layer: int) -> bool:
+    """Whether transformer layer ``layer`` keeps its GEMMs out of FP4 under ``dtype: fp4``
+    (the first ``fp4_high_precision_first`` and last ``fp4_high_precision_last`` layers, as
+    Megatron-LM's ``--first-last-layers-bf16``); always False for other dtypes."""
+    p = run.parallel
+    if p.dtype != "fp4":
+        return False
+    return (layer < p.fp4_high_precision_first
+            or layer >= run.model.num_layers - p.fp4_high_precision_last)
+
+
+def layer_gemm_dtype(run: TrainingRun, layer: int) -> str:
+    """GEMM precision of the linear layers of transformer layer ``layer``."""
+    p = run.parallel
+    return p.fp4_high_precision_dtype if high_precision_layer(run, layer) else p.dtype
 
 
 def num_microbatches(run: TrainingRun) -> int:
@@ -128,7 +151,7 @@ def bind_dims(run: TrainingRun, unsharded: bool = False) -> dict[str, float]:
     mbs = 1 if unsharded else p.micro_batch_size
     sp = p.sequence_parallel and tp > 1
     tokens = mbs * seq / cp
-    e_gemm = 1.0 if p.dtype == "fp8" else 2.0
+    e_gemm = DTYPE_BYTES[p.dtype]  # bf16/fp16 2, fp8 1, fp4 (NVFP4 with block scales) 0.5625
     env: dict[str, float] = {
         "b": mbs, "T": tokens, "Tsp": tokens / tp if sp else tokens, "S": seq,
         # tokens are dispatched in the activation dtype (BF16) even under FP8 training:

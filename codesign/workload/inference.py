@@ -55,6 +55,7 @@ from codesign.specs.inference import DTYPE_BYTES, InferencePlan
 from codesign.specs.model import ModelSpec
 from codesign.workload import params as P
 from codesign.workload.layers import (
+    UNQUANTIZED_GEMMS,
     LayerStructure,
     embedding_template,
     head_template,
@@ -71,8 +72,7 @@ LOGIT_BYTES = 4.0
 #: weights that stay in 16-bit under FP8/FP4 quantization: embeddings, LM head, norms and the
 #: MoE router (NVIDIA ModelOpt checkpoints exclude ``lm_head`` from quantization)
 UNQUANTIZED_BYTES = 2.0
-#: GEMMs over those 16-bit weights run in bf16
-UNQUANTIZED_GEMMS = frozenset({"router", "logits"})
+#: GEMMs over those 16-bit weights run in bf16: :data:`codesign.workload.layers.UNQUANTIZED_GEMMS`
 
 _T, _V = Sym("T"), Sym("V")
 #: inference-only head operators: sampling reads the gathered fp32 logits once; the logits of

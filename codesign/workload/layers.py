@@ -35,6 +35,10 @@ ql, kvl, dn, dr, dv = syms("ql kvl dn dr dv")
 E, E_l, k, fe_t, Tx, Td, fs_t, etp = syms("E E_l k fe_t Tx Td fs_t etp")
 ew, ekv = syms("ew ekv")  # bytes per weight element; per cached K/V element
 TOKEN_BYTES = Sym("tok_e")  # bytes per element of dispatched tokens
+#: GEMMs that stay in 16 bit when the linear layers run in a low-precision format: the MoE
+#: router and the LM head (inference: quantized checkpoints leave them unquantized; training
+#: under FP4: see :func:`codesign.workload.training.template_precision`)
+UNQUANTIZED_GEMMS = frozenset({"router", "logits"})
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,23 @@ from codesign.errors import InfeasiblePlan
 from codesign.groups import Degrees
 from codesign.groups import group_sizes as sizes_of_groups
 from codesign.ir import Category, Op
+from codesign.specs.inference import DTYPE_BYTES
 from codesign.specs.parallel import ParallelismSpec
 from codesign.specs.run import TrainingRun
 from codesign.workload import params as P
-from codesign.workload.dims import bind_dims, layer_structure, num_microbatches, plan_problems
-from codesign.workload.layers import embedding_template, head_template, layer_template
+from codesign.workload.dims import (
+    bind_dims,
+    layer_gemm_dtype,
+    layer_structure,
+    num_microbatches,
+    plan_problems,
+)
+from codesign.workload.layers import (
+    UNQUANTIZED_GEMMS,
+    embedding_template,
+    head_template,
+    layer_template,
+)
 from codesign.workload.ops import OpTemplate, evaluate
 
 OPT_BYTES_PER_PARAM = 4 + 4 + 4  # fp32 master weights + Adam m + Adam v
@@ -80,7 +92,24 @@ def layer_assignment(num_layers: int, virtual_stages: int) -> list[tuple[int, ..
     return out
 
 
-def _bind(t: OpTemplate, env: Mapping[str, float], layer: int, precision: str) -> Op:
+def template_precision(t: OpTemplate, dtype: str, plan_dtype: str | None = None) -> str:
+    """GEMM precision of template ``t`` in a layer whose linear layers run at ``dtype``, in a
+    plan of GEMM dtype ``plan_dtype`` (default ``dtype``).
+
+    Under FP4 the router and the LM head (``logits``) stay in BF16: frameworks keep them out
+    of the low-precision recipe (Megatron-Core builds the output layer as a plain
+    ``ColumnParallelLinear`` and the router as an FP32/BF16 matmul, outside Transformer
+    Engine's quantized modules; the NVFP4 recipe, arXiv 2509.25149 Sec. 4, keeps embeddings
+    and the output head in BF16). Under FP8 they keep the plan's dtype, as before FP4 was
+    modelled (results unchanged)."""
+    fp4_plan = (plan_dtype or dtype) == "fp4"
+    if t.precision != "gemm" or (fp4_plan and t.name in UNQUANTIZED_GEMMS):
+        return "bf16"
+    return dtype
+
+
+def _bind(t: OpTemplate, env: Mapping[str, float], layer: int, precision: str,
+          plan_dtype: str | None = None) -> Op:
     mnk = None
     if t.mnk is not None:
         mnk = (t.mnk[0].evaluate(env), t.mnk[1].evaluate(env), t.mnk[2].evaluate(env))
@@ -88,7 +117,7 @@ def _bind(t: OpTemplate, env: Mapping[str, float], layer: int, precision: str) -
         name=t.name, kind=t.kind, category="forward", layer=layer,
         flops=t.flops.evaluate(env), bytes=t.bytes.evaluate(env), mnk=mnk,
         comm=t.comm, group=t.group, size=evaluate(t.size, env), overlap=t.overlap,
-        causal=t.causal, precision=precision if t.precision == "gemm" else "bf16",
+        causal=t.causal, precision=template_precision(t, precision, plan_dtype),
         count=evaluate(t.count, env) if t.count is not None else 1.0,
         role="fwd" if t.kind == "gemm" else "",
         attn_shape=(tuple(x.evaluate(env) for x in t.attn)  # type: ignore[arg-type]
@@ -178,22 +207,29 @@ class ChunkBinder:
         self.dense_grp, self.expert_grp = state_groups(p)
         self.zero3 = p.sharding_stage == 3
         self.attn_p = P.attention_params_per_layer(m) + 2 * P.norm_params(m)
-        # bind each distinct layer structure once; layers copy it with their own index
-        self._bound: dict[bool, tuple[list[Op], list[list[Op]], float]] = {}
+        # bind each distinct (layer structure, GEMM dtype) once; layers copy it with their
+        # own index
+        self._bound: dict[tuple[bool, str], tuple[list[Op], list[list[Op]], float]] = {}
 
-    def layer_ops(self, moe_layer: bool) -> tuple[list[Op], list[list[Op]], float]:
-        """Forward operators of one layer (layer index 0), the backward operators of each,
-        and the activation bytes the layer saves for backward (no recompute: full)."""
-        if moe_layer not in self._bound:
-            run, env, prec = self.run, self.env, self.prec
+    def layer_ops(self, moe_layer: bool,
+                  dtype: str | None = None) -> tuple[list[Op], list[list[Op]], float]:
+        """Forward operators of one layer (layer index 0) whose linear layers run at
+        ``dtype`` (default: the plan's), the backward operators of each, and the activation
+        bytes the layer saves for backward (no recompute: full)."""
+        prec = self.prec if dtype is None else dtype
+        key = (moe_layer, prec)
+        if key not in self._bound:
+            run, env = self.run, self.env
+            if prec != self.prec:  # an FP4 plan's high-precision layer: its GEMM operand bytes
+                env = {**env, "eg": DTYPE_BYTES[prec], "ew": DTYPE_BYTES[prec]}
             p = run.parallel
             temps = _layer_templates(run, moe_layer)
-            fwd = [_bind(t, env, 0, prec) for t in temps]
+            fwd = [_bind(t, env, 0, prec, self.prec) for t in temps]
             bwd = [backward_of(o, t) for o, t in zip(fwd, temps, strict=True)]
             saved = sum(t.saved.evaluate(env) for t in temps
                         if not (p.recompute == "selective" and t.attn_core))
-            self._bound[moe_layer] = (fwd, bwd, saved)
-        return self._bound[moe_layer]
+            self._bound[key] = (fwd, bwd, saved)
+        return self._bound[key]
 
     def layer_params(self, layer: int) -> tuple[float, float]:
         """(dense, expert) parameters of one layer held per rank."""
@@ -229,7 +265,7 @@ class ChunkBinder:
             lparams.append((-1, P.embedding_params(m) / p.tp, 0.0))
         for layer in layers:
             moe_layer = m.is_moe_layer(layer)
-            lf, lb, lsaved = layer_ops(moe_layer)
+            lf, lb, lsaved = layer_ops(moe_layer, layer_gemm_dtype(run, layer))
             l_fwd = [replace(o, layer=layer) for o in lf]
             dparams, eparams = layer_params(layer)
             dense_params += dparams
