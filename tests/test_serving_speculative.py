@@ -164,8 +164,8 @@ def test_kv_capacity_includes_draft_weights_and_kv() -> None:
     cost = build_speculative_cost(eng, entry, target, default_cost, "t")
     draft = cost.drafter
     assert target.kv_bytes_per_token == 40_960 and draft.kv_bytes_per_token == 16_384
-    free = target.compute.gpu.memory_bytes - target.weight_bytes_per_gpu - draft.weight_bytes_per_gpu \
-        - max(target.activation_bytes, draft.activation_bytes)
+    free = (target.compute.gpu.memory_bytes - target.weight_bytes_per_gpu
+            - draft.weight_bytes_per_gpu - max(target.activation_bytes, draft.activation_bytes))
     assert cost.kv_capacity_tokens == int(free * 0.9 / (40_960 + 16_384))
     # the draft's weights: 8.03e9 params / 8 GPUs × 2 B ≈ 2.0 GB per GPU
     assert draft.weight_bytes_per_gpu == pytest.approx(8.03e9 / 8 * 2, rel=0.01)
@@ -270,7 +270,7 @@ def test_static_scheduler_rejected_and_cli_exit_2(tmp_path: Path,
     import yaml
 
     data = spec_data(spec_settings(0.5), scheduler={"name": "static"})
-    with pytest.raises(SpecError, match="models.0.speculative: needs the continuous"):
+    with pytest.raises(SpecError, match=r"models\.0\.speculative: needs the continuous"):
         ServingSpec.parse(data)
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(data))
