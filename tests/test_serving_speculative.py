@@ -292,3 +292,35 @@ def test_speculative_cost_is_the_sum_of_its_passes() -> None:
     draft = 10 * 0.0001 + 3 * (0.002 + 2 * 0.0005)
     verify = 10 * 0.0008 + 0.010 + 0.001 * 2 * 4
     assert t == pytest.approx(draft + verify, rel=1e-12)
+
+
+STUDY = Path(__file__).resolve().parent.parent / "experiments" / "speculative.yaml"
+
+
+def test_study_smoke_run_writes_rows_and_figures(tmp_path: Path) -> None:
+    """The smoke size of experiments/speculative.yaml: every point ok, both figures drawn,
+    and at batch 1 (memory-bound decode) both drafters beat plain decode at these rates."""
+    import warnings
+
+    from codesign.experiments.runner import run_experiment
+    from codesign.experiments.spec import load_experiment
+    from codesign.experiments.store import load_results
+
+    spec = load_experiment(str(STUDY))
+    assert spec.kind == "serving" and len(spec.question.split()) >= 12
+    assert spec.smoke is not None and spec.smoke_spec().num_points <= 8
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # a skipped plot fails the test
+        run_experiment(spec, tmp_path, jobs=1, smoke=True, progress=False)
+    df = load_results(tmp_path)
+    assert len(df) == spec.smoke_spec().num_points
+    assert (df["status"] == "ok").all(), df["reason"].tolist()
+    for plot in spec.plots:
+        for ext in ("pdf", "png"):
+            f = tmp_path / "figures" / f"{plot.file}.{ext}"
+            assert f.is_file() and f.stat().st_size > 1000, f
+    one = df[df["clients.gen.num_requests"] == 1].set_index("variant")["tpot_mean_s"]
+    plain = float(one["no speculation"])
+    assert float(one["MTP module"]) < plain
+    assert (df[(df["clients.gen.num_requests"] == 1)
+               & (df["variant"] == "draft llama3-8b")]["tpot_mean_s"] < plain).all()
