@@ -324,3 +324,22 @@ def test_study_smoke_run_writes_rows_and_figures(tmp_path: Path) -> None:
     assert float(one["MTP module"]) < plain
     assert (df[(df["clients.gen.num_requests"] == 1)
                & (df["variant"] == "draft llama3-8b")]["tpot_mean_s"] < plain).all()
+
+
+@pytest.mark.parametrize(("draft", "needle"), [
+    ("llama9-1b", "models.0.speculative.draft_model: unknown model 'llama9-1b'"),
+    ("llama3-405b", "speculative.draft_model: weights (94.5 GiB per GPU)"),
+])
+def test_bad_draft_model_is_one_line(draft: str, needle: str) -> None:
+    """An unknown draft model, or one whose 405B / 8 GPUs x 2 B = 94.5 GiB per GPU of
+    weights exceed the 80 GB H100, is reported on one line naming the field."""
+    data = {"engines": [{"name": "e", "device": "h100-sxm", "count": 8,
+                         "models": [{"model": "llama3-70b", "plan": {"tp": 8}, "speculative": {
+                             "method": "draft", "draft_model": draft,
+                             "num_speculative_tokens": 2, "acceptance_rate": 0.7}}]}],
+            "clients": [{"name": "c", "model": "llama3-70b", "arrival": {"process": "burst"},
+                         "num_requests": 1, "input_tokens": {"dist": "fixed", "value": 8},
+                         "output_tokens": {"dist": "fixed", "value": 4}}]}
+    with pytest.raises(SpecError) as exc:
+        simulate_serving(ServingSpec.parse(data))
+    assert needle in str(exc.value) and "\n" not in str(exc.value)

@@ -200,18 +200,16 @@ def build_speculative_cost(engine: EngineSpec, entry: ModelEntrySpec, target: St
     sp = entry.speculative
     assert sp is not None
     plan = sp.draft_plan or entry.plan.model_copy(update={"pp": 1})
-    if sp.method == "draft":
-        model: str | ModelSpec | None = sp.draft_model
-        w = f"{where}.speculative.draft_model"
-    else:
-        ref = entry.model
-        try:
-            base = ref if isinstance(ref, ModelSpec) else load_model(ref)
-        except SpecError as exc:
-            raise SpecError(f"{where}.model: {exc}") from None
-        model = mtp_module_model(base)
-        w = f"{where}.speculative"
-    assert model is not None
+    draft = sp.method == "draft"
+    w = f"{where}.speculative.draft_model" if draft else f"{where}.speculative"
+    ref = sp.draft_model if draft else entry.model
+    assert ref is not None
+    try:
+        model = ref if isinstance(ref, ModelSpec) else load_model(ref)
+    except SpecError as exc:
+        raise SpecError(f"{w if draft else where + '.model'}: {exc}") from None
+    if not draft:
+        model = mtp_module_model(model)
     draft_entry = ModelEntrySpec(
         model=model, plan=plan, step_cost=sp.draft_step_cost,
         kv_cache_fraction=entry.kv_cache_fraction, max_num_tokens=entry.max_num_tokens,
