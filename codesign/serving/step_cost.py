@@ -193,6 +193,19 @@ class StepCostModel:
         > 1, and the TP group inside one NVLink domain)."""
         return self._custom_bw > 0
 
+    def verify_time_s(self, prefill: Sequence[tuple[int, int]], decode: int,
+                      context_sum: float, draft_tokens: int) -> float:
+        """Seconds of a speculative-decoding verify step: ``prefill`` chunks plus ``decode``
+        sequences (cached contexts summing to ``context_sum``) each verifying
+        ``draft_tokens`` drafts, i.e. a chunk of ``q = draft_tokens + 1`` new tokens over its
+        context (causal among themselves), with one row of logits per new token."""
+        q = float(draft_tokens + 1)
+        n = float(decode)
+        shape = StepShape.of(prefill, ()) + StepShape(
+            tokens=n * q, sequences=n * q, prefill_tokens=n * q, prefill_sq=n * q * q,
+            prefill_ctx_pairs=q * context_sum, prefill_ctx_keys=context_sum)
+        return self.shape_time_s(shape)
+
     def kv_transfer_bytes(self, tokens: int) -> float:
         """KV-cache bytes of a request of ``tokens`` tokens: all layers, all KV heads, counted
         once (TP copies of replicated heads or of an MLA latent are not counted)."""
