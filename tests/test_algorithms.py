@@ -69,8 +69,11 @@ def two_tier(domain: int = 8, *, nvls: bool = False, sharp: bool = False, eff: b
 # --- behaviour unchanged ---------------------------------------------------------------------
 
 #: the digest of :func:`price_digest` computed with the code before the registry (commit
-#: 7a5a155, formulas in network/collectives.py and the choice rules in network/model.py)
-DIGEST_BEFORE = "c6037a59ffa6274e24f1231614d7380effe68ae0e7753386ca1d565cd57a50c6"
+#: 7a5a155, formulas in network/collectives.py and the choice rules in network/model.py),
+#: recomputed once when tapered fabrics were priced by each group's share of its pod's
+#: uplinks (network/taper.py) instead of the full taper; the prices on the untapered networks
+#: were checked bit-identical across that change
+DIGEST_BEFORE = "6eb4a669641f648d1cace872abcd14f55f7bf7f9790c39083622cc08669c1cb9"
 
 
 def price_digest() -> str:

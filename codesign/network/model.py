@@ -59,6 +59,7 @@ from codesign.network.placement import (
     layout_for,
     place_group,
 )
+from codesign.network.taper import members_below, slowdown
 from codesign.specs.parallel import COLLECTIVE_ALGORITHMS
 from codesign.specs.topology import FullFlatTopology, ScaleUpSpec, TwoTierTopology
 from codesign.units import GB, MB, gbps_to_bytes_per_s, us_to_s
@@ -180,7 +181,7 @@ class NetworkModel:
         #: expert groups folded over TP×CP×DP (:meth:`from_parallelism`); consumers that walk
         #: the layout's dims (per-rank engine, Chakra export) refuse such a model
         self.folded = False
-        self._out_tiers: dict[str, Tier] = {}
+        self._out_tiers: dict[tuple[str, str, int], Tier] = {}
         self._cache: dict[tuple[str, str, float], CommCost] = {}
         #: a group's ``(size, stride)`` rank generators where they are not the layout's dims
         #: (folded expert groups), for the torus geometry
@@ -249,9 +250,15 @@ class NetworkModel:
             self._placements[group] = p
         return p
 
-    def _scale_out(self, group: str, p: GroupPlacement) -> Tier:
-        """The scale-out tier seen by ``group`` (oversubscription by span, hop latency)."""
-        tier = self._out_tiers.get(group)
+    def _scale_out(self, group: str, p: GroupPlacement, kind: str = "ring",
+                   per: int = 1) -> Tier:
+        """The scale-out tier seen by a ``kind`` collective on ``group`` (hop latency; on a
+        tapered fabric, the pod uplinks' share when the group leaves its pod,
+        :mod:`codesign.network.taper`); ``per``: the group runs as ``per`` sub-groups
+        (the inter-domain phase of the two-level scheme, ``per`` = members per domain)."""
+        shape = "all_to_all" if kind == "all_to_all" else "ring"
+        key = (group, shape, per)
+        tier = self._out_tiers.get(key)
         if tier is not None:
             return tier
         assert isinstance(self.topology, TwoTierTopology)
@@ -261,7 +268,8 @@ class NetworkModel:
         if out.rail_optimized and self._same_rail(group, p):
             hops = 1  # one rail's leaf switch joins the whole group, untapered
         elif out.full_bisection_gpus is not None and p.span > out.full_bisection_gpus:
-            bandwidth /= out.oversubscription
+            in_pod = members_below(self._group_generators(group), out.full_bisection_gpus)
+            bandwidth /= slowdown(shape, p.size // per, in_pod // per, out.oversubscription)
         tier = Tier(
             name="scale_out",
             bandwidth=bandwidth,
@@ -271,7 +279,7 @@ class NetworkModel:
             in_network=out.in_network_reduction,
             log_tree=True,
         )
-        self._out_tiers[group] = tier
+        self._out_tiers[key] = tier
         return tier
 
     # --- costs -----------------------------------------------------------------------------
@@ -319,7 +327,7 @@ class NetworkModel:
         if kind == "p2p":
             # Pipeline-style neighbours: intra-domain only if every neighbour pair of every
             # group is inside a domain; otherwise the slowest (scale-out) hop sets the pace.
-            tier = up if in_domain and p.aligned else self._scale_out(group, p)
+            tier = up if in_domain and p.aligned else self._scale_out(group, p, kind)
             return CommCost(p2p(size, tier.bw(size), tier.alpha), "direct", tier.name)
 
         if in_domain:
@@ -328,7 +336,7 @@ class NetworkModel:
                 return CommCost(t, "direct", up.name)
             return self._best_flat(kind, n, size, up)
 
-        out = self._scale_out(group, p)
+        out = self._scale_out(group, p, kind)
         k = p.ranks_per_domain
         if kind == "all_to_all":
             t = all_to_all(size, n, k, up.bw(size), up.alpha, out.bw(size), out.alpha)
@@ -337,7 +345,8 @@ class NetworkModel:
         flat = self._best_flat(kind, n, size, out)
         if k <= 1 or kind not in HIERARCHICAL_PHASES:
             return flat
-        hier = self._best_hierarchical(kind, k, p.num_domains, size, up, out)
+        hier = self._best_hierarchical(kind, k, p.num_domains, size, up,
+                                       self._scale_out(group, p, kind, per=k))
         return self._requested.pick(flat, hier)
 
     # --- torus scale-up domains ------------------------------------------------------------

@@ -380,6 +380,9 @@ def map_row(row: dict[str, str]) -> MappedCase:
     plan["sequence_parallel"] = sp
     plan["zero_stage"] = zero
     plan.update(_framework_settings(fw, tp, sp, gpu))
+    if "placement_order" in plan:
+        notes.append(f"rank placement {', '.join(plan['placement_order'])} "
+                     f"(innermost first; {fw} default)")
     plan.update(_era_settings(row, fw, notes))
     dp = n // (tp * pp * cp) if tp * pp * cp else 0
     plan.update(expert_tp(fw, tp, cp, dp, ep, notes))
@@ -545,12 +548,18 @@ def _framework_settings(fw: str, tp: int, sp: bool, gpu: GpuSpec) -> dict[str, A
     """Plan settings a framework fixes: Megatron-LM 2019-22 had no flash attention, no
     overlap and scatter/gathered, blocking pipeline sends; Megatron-Core overlaps TP
     communication with GEMMs where its userbuffers run: Hopper-class and later GPUs (the
-    parts with FP8 tensor cores), not the A100 or older (A800, V100)."""
+    parts with FP8 tensor cores), not the A100 or older (A800, V100); Meta's Llama 3 stack
+    places PP inside DP."""
     if fw == "megatron-2021":
         return dict(flash_attention=False, overlap_grad_reduce=False,
                     overlap_param_gather=False, pipeline_scatter_gather=True, overlap_p2p=False)
     if fw == "megatron-core":
         return {"tp_comm_overlap": tp > 1 and "fp8" in gpu.peak_tflops and sp}
+    if fw == "llama3":
+        # "the order of parallelism dimensions, [TP, CP, PP, DP], is optimized for network
+        # communication": PP inside DP, so a pipeline stays in one pod and only DP crosses
+        # the tapered layer (Llama 3 report, arXiv 2407.21783, Sec. 3.3.2)
+        return {"placement_order": ("tp", "cp", "ep", "pp", "dp")}
     return {}
 
 
