@@ -14,6 +14,8 @@ from typing import Any, Literal
 from codesign.groups import GROUP_STREAM, stream_of
 
 OpKind = Literal["gemm", "attention", "memory", "comm"]
+#: suffix of the stream of prefetched parameter all-gathers (``dp`` -> ``dp_gather``)
+GATHER_STREAM_SUFFIX = "_gather"
 #: how a collective overlaps compute on the same rank:
 #: ``none`` blocking (waits for the previous compute op, the next one waits for it);
 #: ``next`` runs with the next compute op (chunked/pipelined, e.g. TP all-gather + GEMM);
@@ -64,9 +66,15 @@ class Op:
 
     @property
     def stream(self) -> str:
-        """Stream the op runs on: ``compute`` or the communication stream of its group."""
+        """Stream the op runs on: ``compute`` or the communication stream of its group; a
+        prefetched parameter all-gather has a stream of its own beside its group's, so it is
+        not queued behind that group's gradient reduce-scatters (PyTorch FSDP's unshard /
+        all-gather stream beside its reduce-scatter stream, torch.distributed.fsdp
+        ``_runtime_utils`` / FSDP2 ``FSDPCommContext``; Megatron-FSDP likewise)."""
         if self.kind != "comm":
             return "compute"
+        if self.overlap == "prefetch" and self.comm == "all_gather":
+            return stream_of(self.group) + GATHER_STREAM_SUFFIX
         return stream_of(self.group)
 
 

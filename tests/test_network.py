@@ -361,12 +361,16 @@ def test_p2p_intra_vs_inter_node():
 
 def test_oversubscription_beyond_full_bisection():
     s = GBYTE
-    kw = {"tp": 8, "dp": 4}  # dp span = 25 ranks
+    kw = {"tp": 8, "dp": 4}  # dp span = 25 ranks, 2 members per 16-rank pod
     base = model(two_tier(), "ring", **kw).collective("all_reduce", "dp", s).time_s
-    tapered = model(two_tier(oversub=2.0, bisection=16), "ring", **kw)
-    t = tapered.collective("all_reduce", "dp", s).time_s
     lat = 6 * OUT_A
+    # one ring edge per group leaves a pod: 8 groups share 16·B/o, B·2/o each; at 4:1 the
+    # ring runs at half speed, at 2:1 its crossing edges still get a full NIC
+    tapered = model(two_tier(oversub=4.0, bisection=16), "ring", **kw)
+    t = tapered.collective("all_reduce", "dp", s).time_s
     assert t - lat == pytest.approx(2.0 * (base - lat))
+    mild = model(two_tier(oversub=2.0, bisection=16), "ring", **kw)
+    assert mild.collective("all_reduce", "dp", s).time_s == pytest.approx(base)
     inside = model(two_tier(oversub=2.0, bisection=32), "ring", **kw)
     assert inside.collective("all_reduce", "dp", s).time_s == pytest.approx(base)
     no_pod = model(two_tier(oversub=2.0, bisection=None), "ring", **kw)
