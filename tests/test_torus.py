@@ -216,10 +216,16 @@ def test_same_rail_groups_cross_one_leaf_switch_untapered() -> None:
     tier = rails._scale_out("dp", rails.placement("dp"))
     assert tier.alpha == pytest.approx(6e-6 + 0.5e-6 * 1)
     assert tier.bandwidth == pytest.approx(50e9)  # no taper although the span is 256 > 64
+    assert rails._scale_out("dp", rails.placement("dp"), "all_to_all").bandwidth \
+        == pytest.approx(50e9)
     plain = net(rail_topo(False), **plan)
-    tier = plain._scale_out("dp", plain.placement("dp"))
+    # without rails the group climbs the tapered layer: an all-to-all sends 1 - 8/32 of its
+    # data out of each 64-GPU pod, 2 x 0.75 = 1.5 times what the uplinks carry at full speed
+    tier = plain._scale_out("dp", plain.placement("dp"), "all_to_all")
     assert tier.alpha == pytest.approx(6e-6 + 0.5e-6 * 3)
-    assert tier.bandwidth == pytest.approx(25e9)
+    assert tier.bandwidth == pytest.approx(50e9 / 1.5)
+    # a ring has one flow per group leaving a pod: 8 members per pod > 2:1, untapered
+    assert plain._scale_out("dp", plain.placement("dp")).bandwidth == pytest.approx(50e9)
 
 
 def test_cross_rail_groups_and_groups_beyond_a_rail_block_use_the_spine() -> None:
