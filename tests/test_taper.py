@@ -9,7 +9,8 @@ import itertools
 import pytest
 
 from codesign.network import NetworkModel, layout_for
-from codesign.network.taper import members_below, slowdown
+from codesign.network.placement import members_below
+from codesign.network.taper import slowdown
 from codesign.specs.topology import ScaleOutSpec, ScaleUpSpec, TwoTierTopology
 
 

@@ -57,9 +57,10 @@ from codesign.network.placement import (
     folded_expert_groups,
     group_dims,
     layout_for,
+    members_below,
     place_group,
 )
-from codesign.network.taper import members_below, slowdown
+from codesign.network.taper import slowdown
 from codesign.specs.parallel import COLLECTIVE_ALGORITHMS
 from codesign.specs.topology import FullFlatTopology, ScaleUpSpec, TwoTierTopology
 from codesign.units import GB, MB, gbps_to_bytes_per_s, us_to_s

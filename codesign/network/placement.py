@@ -11,6 +11,7 @@ A scale-up domain of ``D`` GPUs holds ranks ``[k·D, (k+1)·D)``. Everything her
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from math import prod
 from types import MappingProxyType
@@ -118,36 +119,27 @@ class GroupPlacement:
         return self.num_domains > 1
 
 
-def _count_below(layout: Layout, dims: frozenset[str], limit: int) -> int:
-    """Members of rank 0's group (digits free on ``dims``, zero elsewhere) with id < ``limit``.
+def members_below(generators: Sequence[tuple[int, int]], limit: int) -> int:
+    """How many ranks of rank 0's group are ``< limit``; the group is every digit sum
+    ``Σ i_j·stride_j`` (``0 <= i_j < size_j``) of ``generators`` (``(size, stride)`` pairs of a
+    mixed radix: each stride at least the extent of the pairs with smaller strides)."""
+    gens = sorted((g for g in generators if g[0] > 1), key=lambda g: g[1])
+    return _below(gens, limit)
 
-    Mixed-radix digit DP from the most significant dim: O(number of dims).
-    """
-    world = layout.world
-    if limit >= world:
-        return prod(n for d, n in layout.sizes if d in dims)
+
+def _below(gens: list[tuple[int, int]], limit: int) -> int:
+    """:func:`members_below` of generators sorted by stride (outermost last)."""
     if limit <= 0:
         return 0
-    # digits of `limit`, innermost first; `below[i]` = members using only dims inner to i
-    digits: list[int] = []
-    rest = limit
-    for _, n in layout.sizes:
-        digits.append(rest % n)
-        rest //= n
-    below = [1]
-    for d, n in layout.sizes:
-        below.append(below[-1] * (n if d in dims else 1))
-    count = 0
-    for i in range(len(layout.sizes) - 1, -1, -1):
-        d = layout.sizes[i][0]
-        c = digits[i]
-        if d in dims:
-            count += c * below[i]  # any digit < c here, inner group digits free
-        else:
-            if c > 0:
-                count += below[i]  # digit 0 < c, inner group digits free
-                return count  # digit c != 0 is not a member prefix: stop
-    return count
+    if not gens:
+        return 1
+    size, stride = gens[-1]
+    inner = 1
+    for n, _ in gens[:-1]:
+        inner *= n
+    whole = min(size, limit // stride)  # outer digits whose whole inner block lies below
+    partial = _below(gens[:-1], limit - whole * stride) if whole < size else 0
+    return whole * inner + partial
 
 
 def place_group(layout: Layout, group_name: str, domain_size: int) -> GroupPlacement:
@@ -161,7 +153,8 @@ def place_group(layout: Layout, group_name: str, domain_size: int) -> GroupPlace
     dims = frozenset(group_dims(group_name))
     size = prod(layout.size(d) for d in dims)
     span = 1 + sum((layout.size(d) - 1) * layout.stride(d) for d in dims)
-    per_domain = max(1, _count_below(layout, dims, domain_size))
+    per_domain = max(1, members_below([(layout.size(d), layout.stride(d)) for d in dims],
+                                      domain_size))
     num_domains = -(-size // per_domain)
     # Every group lies inside an aligned block of `block` ranks (all dims up to and including its
     # outermost dim). All groups split over domains the same way as rank 0's when the domains
@@ -192,7 +185,7 @@ def place_strided(size: int, stride: int, domain_size: int) -> GroupPlacement:
     """Place groups of ``size`` ranks ``stride`` apart (``r, r + stride, ...``) tiling blocks of
     ``size × stride`` consecutive ranks, on domains of ``domain_size`` ranks (closed form)."""
     block = size * stride
-    per_domain = max(1, min(size, -(-domain_size // stride))) if stride <= domain_size else 1
+    per_domain = max(1, members_below([(size, stride)], domain_size))
     aligned = domain_size % block == 0 or (block % domain_size == 0
                                            and domain_size % stride == 0)
     return GroupPlacement(size=size, ranks_per_domain=per_domain,

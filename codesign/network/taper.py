@@ -23,30 +23,6 @@ uplinks flow by flow.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-
-def members_below(generators: Sequence[tuple[int, int]], limit: int) -> int:
-    """How many ranks of rank 0's group are ``< limit``; the group is every digit sum
-    ``Σ i_j·stride_j`` (``0 <= i_j < size_j``) of ``generators`` (``(size, stride)`` pairs of a
-    mixed radix: each stride at least the extent of the pairs with smaller strides)."""
-    gens = sorted((g for g in generators if g[0] > 1), key=lambda g: g[1])
-    return _below(gens, limit)
-
-
-def _below(gens: list[tuple[int, int]], limit: int) -> int:
-    if limit <= 0:
-        return 0
-    if not gens:
-        return 1
-    size, stride = gens[-1]
-    inner = 1
-    for n, _ in gens[:-1]:
-        inner *= n
-    whole = min(size, limit // stride)  # outer digits whose whole inner block lies below
-    partial = _below(gens[:-1], limit - whole * stride) if whole < size else 0
-    return whole * inner + partial
-
 
 def slowdown(kind: str, size: int, in_pod: int, oversubscription: float) -> float:
     """Factor (>= 1) dividing the scale-out bandwidth of a ``kind`` collective on groups of
