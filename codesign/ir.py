@@ -7,9 +7,9 @@ compute model, the network model and the engine consume them. Nothing here impor
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from codesign.groups import GROUP_STREAM, stream_of
 
@@ -26,8 +26,8 @@ Overlap = Literal["none", "next", "prev", "prefetch", "async"]
 Category = Literal["forward", "backward", "recompute", "optimizer"]
 
 # GROUP_STREAM: codesign.groups
-__all__ = ["GROUP_STREAM", "Category", "Op", "OpKind", "Overlap", "at_layer", "gemm_backward",
-           "replace_op"]
+__all__ = ["GROUP_STREAM", "Category", "Op", "OpKind", "Overlap", "RelabeledOps", "at_layer",
+           "gemm_backward", "replace_op"]
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,58 @@ def at_layer(ops: Iterable[Op], layer: int, category: Category | None = None) ->
         set_attr(op, "__dict__", d)
         out.append(op)
     return out
+
+
+class RelabeledOps(Sequence[Op]):
+    """The operators ``source`` with each one's layer renamed by ``rename`` (a layer not in it,
+    such as the embedding's -1, kept), copied on first use. A deep model's chunks that repeat
+    an earlier chunk's operators on other layers hold them this way: the engine and the memory
+    model read the earlier chunk's operators instead, so most chunks are never copied."""
+
+    __slots__ = ("_ops", "rename", "source")
+
+    def __init__(self, source: Sequence[Op], rename: Mapping[int, int]) -> None:
+        self.source = source
+        self.rename = rename
+        self._ops: tuple[Op, ...] | None = None
+
+    def ops(self) -> tuple[Op, ...]:
+        """The renamed operators (copied once)."""
+        if self._ops is None:
+            get, new, set_attr = self.rename.get, object.__new__, object.__setattr__
+            out = []
+            for o in self.source:
+                d = o.__dict__.copy()
+                d["layer"] = get(o.layer, o.layer)
+                op = new(Op)
+                set_attr(op, "__dict__", d)
+                out.append(op)
+            self._ops = tuple(out)
+        return self._ops
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    @overload
+    def __getitem__(self, i: int) -> Op: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> tuple[Op, ...]: ...
+
+    def __getitem__(self, i: int | slice) -> Op | tuple[Op, ...]:
+        return self.ops()[i]
+
+    def __iter__(self) -> Iterator[Op]:
+        return iter(self.ops())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and self.ops() == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(self.ops())
+
+    def __repr__(self) -> str:
+        return f"RelabeledOps({len(self)} operators, layers {dict(self.rename)})"
 
 
 def gemm_backward(op: Op, weight_grad: bool = True) -> list[Op]:

@@ -142,6 +142,11 @@ def time_chunks(graph: TrainingGraph, compute: ComputeModel,
     out: dict[tuple[int, str], ChunkTiming] = {}
     for c in graph.chunks:
         for phase in ("F", "B", "W") if split else ("F", "B"):
+            if c.same_ops_as >= 0 and host is None:  # an earlier chunk's operators
+                source = graph.chunks[c.same_ops_as]
+                out[(c.virtual_stage, phase)] = _on_layers(
+                    out[(source.virtual_stage, phase)], source.layers, c.layers)
+                continue
             ops = pass_ops(c.forward, c.backward, phase, split)
             if host is not None:
                 ops = host_copies(ops, phase, c, p, *sharded)
@@ -150,12 +155,18 @@ def time_chunks(graph: TrainingGraph, compute: ComputeModel,
                 memo[key] = (time_chunk(ops, compute.time, comm_time, execute_in_order),
                             c.layers)
             timing, layers = memo[key]
-            if layers != c.layers:  # same operators on other layers: rename the layers
-                rename = dict(zip(layers, c.layers, strict=True))
-                timing = replace(timing, layer_done=tuple(
-                    (rename.get(layer, layer), t) for layer, t in timing.layer_done))
-            out[(c.virtual_stage, phase)] = timing
+            out[(c.virtual_stage, phase)] = _on_layers(timing, layers, c.layers)
     return out
+
+
+def _on_layers(timing: ChunkTiming, layers: tuple[int, ...],
+               own: tuple[int, ...]) -> ChunkTiming:
+    """``timing`` of a pass on ``layers`` as the same operators' on ``own`` layers."""
+    if layers == own:
+        return timing
+    rename = dict(zip(layers, own, strict=True))
+    return replace(timing, layer_done=tuple((rename.get(layer, layer), t)
+                                            for layer, t in timing.layer_done))
 
 
 class TaskBuilder:

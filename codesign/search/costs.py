@@ -92,10 +92,6 @@ class LayerCosts:
     head_params: float
 
 
-def _max_payload(ch: ChunkGraph) -> float:
-    return max((o.size for o in (*ch.forward, *ch.backward) if o.kind == "comm"), default=0.0)
-
-
 def phase_ops(ch: ChunkGraph, phases: tuple[str, ...]) -> dict[str, tuple[Op, ...]]:
     """The operators of each pass of ``ch``, as the engine splits them
     (:func:`codesign.workload.step_program.pass_ops`)."""
@@ -138,7 +134,7 @@ def time_layers(sample: TrainingRun, kinds: tuple[str, ...], net: NetworkModel,
         for ph, pc in timed(ch).items():
             per[ph][kind] = pc
         saved[kind] = ch.saved_bytes
-        payload[kind] = _max_payload(ch)
+        payload[kind] = ch.comm_peak_bytes
         params[kind] = (ch.dense_params, ch.expert_params)
     k0, kl = kinds[0], kinds[last]
     e_ch, _ = binder.chunk(0, (0,), True, False)
@@ -153,7 +149,7 @@ def time_layers(sample: TrainingRun, kinds: tuple[str, ...], net: NetworkModel,
         head_ops={ph: has_ops(h_ch, ph) for ph in phases},
         saved=saved, emb_saved=e_ch.saved_bytes - saved[k0],
         head_saved=h_ch.saved_bytes - saved[kl], payload=payload,
-        emb_payload=_max_payload(e_ch), head_payload=_max_payload(h_ch),
+        emb_payload=e_ch.comm_peak_bytes, head_payload=h_ch.comm_peak_bytes,
         params=params, emb_params=e_ch.layer_params[0][1],
         head_params=h_ch.layer_params[-1][1])
 

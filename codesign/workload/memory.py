@@ -74,8 +74,7 @@ def stage_memory(graph: TrainingGraph, stage: int, dense_n: int, expert_n: int,
     saved = {c.chunk: c.saved_bytes for c in chunks}
     activations = (peak_in_flight(p.pipeline_schedule, p.pp, p.vpp, graph.num_microbatches,
                                   stage, saved) if in_flight is None else in_flight)
-    comm_buffers = comm_buffer_bytes(max((o.size for c in chunks for ops in (c.forward, c.backward)
-                                          for o in ops if o.kind == "comm"), default=0.0))
+    comm_buffers = comm_buffer_bytes(max((c.comm_peak_bytes for c in chunks), default=0.0))
     offloaded = 0.0
     if p.offloads:
         weights, gradients, optimizer, offloaded = offload_states(p, weights, gradients,

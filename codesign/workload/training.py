@@ -12,13 +12,13 @@ parameter all-gathers and gradient reduce-scatters on the data-parallel group.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from codesign.errors import InfeasiblePlan
 from codesign.groups import Degrees
 from codesign.groups import group_sizes as sizes_of_groups
-from codesign.ir import Category, Op, at_layer, gemm_backward, replace_op
+from codesign.ir import Category, Op, RelabeledOps, at_layer, gemm_backward, replace_op
 from codesign.specs.inference import DTYPE_BYTES
 from codesign.specs.parallel import ParallelismSpec
 from codesign.specs.run import TrainingRun
@@ -55,8 +55,8 @@ class ChunkGraph:
     layers: tuple[int, ...]
     first: bool
     last: bool
-    forward: tuple[Op, ...]
-    backward: tuple[Op, ...]  # recompute operators included, category 'recompute'
+    forward: Sequence[Op]  # a tuple, or :class:`~codesign.ir.RelabeledOps` (``same_ops_as``)
+    backward: Sequence[Op]  # recompute operators included, category 'recompute'
     saved_bytes: float  # activations held per in-flight micro-batch, bytes
     dense_params: float  # non-expert parameters held by the rank (after TP), unsharded by DP
     expert_params: float  # expert parameters held by the rank (after EP and ETP)
@@ -68,6 +68,24 @@ class ChunkGraph:
     #: dtype only, no gradients or optimizer states); ``dense_params`` and ``layer_params``
     #: then count the trained adapters alone
     frozen_params: float = 0.0
+    #: bytes of the largest collective of the chunk's passes (its communication buffers)
+    comm_peak_bytes: float = 0.0
+    #: virtual stage of the earlier chunk whose operators these are on other layers (same
+    #: order, layers renamed position by position; -1: none): the engine reuses that chunk's
+    #: timing instead of pricing the same operators again
+    same_ops_as: int = -1
+
+    def on_layers(self, v: int, pp: int, layers: tuple[int, ...]) -> ChunkGraph:
+        """This chunk's operators, parameters and activations as virtual stage ``v``'s, on
+        ``layers`` (as many as this chunk's, renamed position by position, copied on use)."""
+        rename = dict(zip(self.layers, layers, strict=True))
+        return replace(
+            self, virtual_stage=v, stage=v % pp, chunk=v // pp, layers=layers,
+            forward=RelabeledOps(self.forward, rename),
+            backward=RelabeledOps(self.backward, rename),
+            layer_params=tuple((rename.get(x, x), d, e) for x, d, e in self.layer_params),
+            layer_saved=tuple((rename[x], b) for x, b in self.layer_saved),
+            same_ops_as=self.virtual_stage)
 
 
 @dataclass(frozen=True)
@@ -377,12 +395,46 @@ class ChunkBinder:
         fwd_k = _drop_trivial(fwd, self.sizes)
         bwd_k = _drop_trivial(bwd, self.sizes)
         flops = sum(o.flops for o in fwd_k) + sum(o.flops for o in bwd_k)
+        peak = max((o.size for ops in (fwd_k, bwd_k) for o in ops if o.kind == "comm"),
+                   default=0.0)
         return ChunkGraph(
             virtual_stage=v, stage=v % p.pp, chunk=v // p.pp, layers=layers, first=first,
             last=last, forward=tuple(fwd_k), backward=tuple(bwd_k), saved_bytes=saved,
             dense_params=dense_params, expert_params=expert_params,
             layer_params=tuple(lparams), layer_saved=tuple(lsaved_list),
-            frozen_params=frozen), flops
+            frozen_params=frozen, comm_peak_bytes=peak), flops
+
+    def chunk_key(self, layers: tuple[int, ...], first: bool, last: bool) -> Hashable:
+        """What :meth:`chunk` reads of ``layers`` besides their indices (each layer's kind,
+        GEMM dtype, recompute and parameters, and the chunk's place): two chunks with one key
+        have the same operators on other layers."""
+        run = self.run
+        m, p = run.model, run.parallel
+        return first, last, tuple((m.layer_kind(x), layer_gemm_dtype(run, x),
+                                   recomputes_layer(p, i), self.layer_params(x))
+                                  for i, x in enumerate(layers))
+
+    def chunks(self, assignment: Sequence[tuple[int, ...]]) -> tuple[list[ChunkGraph], float]:
+        """The chunk of each virtual stage holding ``assignment[v]``, and the FLOPs of all
+        their forward and backward passes. A chunk with an earlier chunk's key
+        (:meth:`chunk_key`) is that chunk on its own layers (:meth:`ChunkGraph.on_layers`),
+        bound once."""
+        pp = self.run.parallel.pp
+        seen: dict[Hashable, tuple[ChunkGraph, float]] = {}
+        out: list[ChunkGraph] = []
+        total = 0.0
+        for v, layers in enumerate(assignment):
+            first, last = v == 0, v == len(assignment) - 1
+            key = self.chunk_key(layers, first, last)
+            if key in seen:
+                source, flops = seen[key]
+                out.append(source.on_layers(v, pp, layers))
+            else:
+                chunk, flops = self.chunk(v, layers, first, last)
+                seen[key] = (chunk, flops)
+                out.append(chunk)
+            total += flops
+        return out, total
 
 
 def build_training_graph(run: TrainingRun) -> TrainingGraph:
@@ -392,15 +444,8 @@ def build_training_graph(run: TrainingRun) -> TrainingGraph:
         raise InfeasiblePlan("; ".join(problems))
     m, p = run.model, run.parallel
     n_mb = num_microbatches(run)
-    binder = ChunkBinder(run)
     assignment = layer_assignment(m.num_layers, p.pp * p.vpp)
-    chunks: list[ChunkGraph] = []
-    hw_flops = 0.0
-    for v, layers in enumerate(assignment):
-        first, last = v == 0, v == len(assignment) - 1
-        chunk, flops = binder.chunk(v, layers, first, last)
-        hw_flops += flops
-        chunks.append(chunk)
+    chunks, hw_flops = ChunkBinder(run).chunks(assignment)
 
     moe = m.moe
     if moe is not None and moe.capacity_factor is None and moe.load_imbalance != 1.0:
@@ -408,9 +453,7 @@ def build_training_graph(run: TrainingRun) -> TrainingGraph:
         # hardware FLOPs are those of the balanced routing
         balanced = run.model_copy(update={"model": m.model_copy(update={
             "moe": moe.model_copy(update={"load_imbalance": 1.0})})})
-        even = ChunkBinder(balanced)
-        hw_flops = sum(even.chunk(v, layers, v == 0, v == len(assignment) - 1)[1]
-                       for v, layers in enumerate(assignment))
+        hw_flops = ChunkBinder(balanced).chunks(assignment)[1]
     tokens = float(p.global_batch_size * run.seq_len)
     ranks_per_replica = p.tp * p.cp  # ranks sharing one micro-batch within a stage
     hw_total = hw_flops * n_mb * ranks_per_replica * run.dp
