@@ -31,6 +31,7 @@ someone reads it.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
@@ -46,7 +47,7 @@ from codesign.engine.executor import (
     attribute_stream,
     execute_in_order,
 )
-from codesign.engine.steady import extend_breakdown, extend_steady_state
+from codesign.engine.steady import extend_breakdown, extend_steady_state, relative_drift
 from codesign.engine.step_run import FlatRun, LazyTasks, run_program, timeline_of
 from codesign.engine.vector_run import VectorRun, run_vectors, vector_eligible
 from codesign.hardware.compute import ComputeModel
@@ -89,8 +90,9 @@ class StepResult:
     num_microbatches: int = 0  # of the step
     simulated_microbatches: int = 0  # in ``timeline`` (fewer when a steady state was extended)
     #: ``exact`` (every micro-batch run), ``periodic`` (extended from a steady state checked
-    #: to repeat) or ``unverified`` (extended linearly; the steady state did not repeat
-    #: within :data:`codesign.engine.steady.MAX_TRIES` tries and the count exceeds
+    #: to repeat), ``bounded`` (repeating to within :data:`codesign.engine.steady.DRIFT_BOUND`
+    #: of the step time) or ``unverified`` (extended linearly; the steady state did not
+    #: repeat within the tries of :mod:`codesign.engine.steady` and the count exceeds
     #: :data:`codesign.engine.steady.EXACT_CAP`)
     extension: str = "exact"
     flat: FlatRun | None = field(default=None, repr=False, compare=False)  # the run's lists
@@ -399,26 +401,30 @@ def _tail_tasks(r: StepResult, first: int, shift: int, phases: frozenset[str]
     return out
 
 
-def _periodic(a: StepResult, b: StepResult, per: int, schedule_kind: str, pp: int) -> bool:
-    """Whether ``b`` (``per`` more micro-batches) is ``a`` with one more steady period: every
-    task of ``a``'s trailing in-flight window of micro-batches (the state entering the last
-    period) and everything after the passes ends ``Δ = step(b) - step(a)`` later in ``b``."""
+def _drift(a: StepResult, b: StepResult, per: int, schedule_kind: str, pp: int) -> float:
+    """How far ``b`` (``per`` more micro-batches) is from ``a`` with one more steady period
+    (:func:`~codesign.engine.steady.extend_steady_state`): the largest deviation from ``Δ =
+    step(b) - step(a)`` of the shift of every task of ``a``'s trailing in-flight window of
+    micro-batches (the state entering the last period) and of everything after the passes,
+    over ``Δ``; 0 within rounding, ``inf`` when the tasks differ."""
     delta = b.step_time_s - a.step_time_s
-    tol = 1e-9 * max(b.step_time_s, 1e-30)
     first = a.num_microbatches - inflight_window(schedule_kind, pp)
     phases = tail_phases(schedule_kind)
     if a.vector is not None and b.vector is not None:  # the same check on arrays
         keys_a, core_a, rest_a = a.vector.window(first, per, phases)
         keys_b, core_b, rest_b = b.vector.window(first + per, 0, phases)
-        return (np.array_equal(keys_a, keys_b) and rest_a.keys() == rest_b.keys()
-                and bool(np.all(np.abs(core_b - core_a - delta) <= tol))
-                and all(abs(rest_b[k] - x - delta) <= tol for k, x in rest_a.items()))
-    in_a = _tail_tasks(a, first, per, phases)
-    in_b = _tail_tasks(b, first + per, 0, phases)
-    if in_a.keys() != in_b.keys():
-        return False
-    ends_a, ends_b = a.timeline.end, b.timeline.end
-    return all(abs(ends_b[in_b[k]] - ends_a[i] - delta) <= tol for k, i in in_a.items())
+        if not np.array_equal(keys_a, keys_b) or rest_a.keys() != rest_b.keys():
+            return math.inf
+        gaps = [float(np.max(np.abs(core_b - core_a - delta), initial=0.0))]
+        gaps += [abs(rest_b[k] - x - delta) for k, x in rest_a.items()]
+    else:
+        in_a = _tail_tasks(a, first, per, phases)
+        in_b = _tail_tasks(b, first + per, 0, phases)
+        if in_a.keys() != in_b.keys():
+            return math.inf
+        ends_a, ends_b = a.timeline.end, b.timeline.end
+        gaps = [abs(ends_b[in_b[k]] - ends_a[i] - delta) for k, i in in_a.items()]
+    return relative_drift(max(gaps, default=0.0), delta, b.step_time_s)
 
 
 def _extend(a: StepResult, b: StepResult, n: int, per: int) -> StepResult:
@@ -472,9 +478,9 @@ def _simulate_step(graph: TrainingGraph, compute: ComputeModel, network: Network
         vector = executor is execute_in_order and vector_eligible(shape, timings)
         extended = extend_steady_state(
             shape, sample if vector else run,
-            lambda a, b: _periodic(a, b, per, shape.schedule, shape.pp),
+            lambda a, b: _drift(a, b, per, shape.schedule, shape.pp),
             lambda a, b, count: _extend(a, b, count, per),
-            lambda r: replace(r, extension="unverified"))
+            lambda r, how: replace(r, extension=how))
         if extended is not None:
             return extended
         if vector:  # fewer micro-batches than two samples: run them all, on arrays too

@@ -7,7 +7,7 @@ the shorter run from its last steady period on (the passes of that period, the c
 gradient buckets, the optimizer and the gathers after it, for every replica class and every
 cross-class barrier) ends one period's shift later in the longer run (its class's own shift
 before the step's data-parallel barriers, ``Δ = step(b) - step(a)`` after them; see
-:func:`periodic`), and the critical cluster is the same, the step is periodic from there and
+:func:`drift`), and the critical cluster is the same, the step is periodic from there and
 is extended to ``n`` micro-batches: step time, breakdown, per-rank finish and busy times grow by
 their per-period growth per extra period. Task timelines are those of the longer run;
 ``tasks`` counts its tasks.
@@ -15,13 +15,14 @@ their per-period growth per extra period. Task timelines are those of the longer
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from codesign.engine.expanded.values import ExpandedResult
-from codesign.engine.steady import extend_breakdown
+from codesign.engine.steady import extend_breakdown, relative_drift
 from codesign.workload.schedules import inflight_window, tail_phases
 from codesign.workload.step_program import Node, StepProgram
 
@@ -98,8 +99,10 @@ def _after_barrier(run: PipelineRun) -> list[bool]:
     return after
 
 
-def periodic(a: PipelineRun, b: PipelineRun, per: int) -> bool:
-    """Whether ``b`` (``per`` more micro-batches) is ``a`` with one more steady period.
+def drift(a: PipelineRun, b: PipelineRun, per: int) -> float:
+    """How far ``b`` (``per`` more micro-batches) is from ``a`` with one more steady period,
+    relative to the period's ``Δ`` (:func:`~codesign.engine.steady.extend_steady_state`; 0
+    within rounding, ``inf`` when the tasks differ).
 
     Replica classes run their passes independently until the data-parallel barriers at the
     step's end, so each class ``k`` may shift by its own ``Δ_k`` per period: every checked
@@ -109,14 +112,13 @@ def periodic(a: PipelineRun, b: PipelineRun, per: int) -> bool:
     convex in the number of extra periods with slopes among the ``Δ_k``; growing by the
     largest slope from ``a`` to ``b`` it grows by it for every further period, so the
     extension is exact. Under contention (not a max-plus system) every class must shift by
-    the same ``Δ``. A rank must finish ``Δ`` later if its class waits for a barrier, else
-    ``Δ_k`` later.
+    the same ``Δ`` exactly. A rank must finish ``Δ`` later if its class waits for a barrier,
+    else ``Δ_k`` later.
     """
     ra, rb = a.result, b.result
     delta = rb.step_time_s - ra.step_time_s
-    tol = 1e-9 * max(rb.step_time_s, 1e-30)
     if ra.critical_stage != rb.critical_stage:
-        return False
+        return math.inf
     nodes_b = b.program.nodes
     ends_b = {_task_key(key, nodes_b, 0)[0]: rb.timeline.end[i] for i, key in enumerate(b.keys)}
     shape = a.program.shape
@@ -138,7 +140,7 @@ def periodic(a: PipelineRun, b: PipelineRun, per: int) -> bool:
             continue
         other = ends_b.get(shifted)
         if other is None:
-            return False
+            return math.inf
         d = other - ra.timeline.end[i]
         if after[i]:
             barrier_shift.append(d)
@@ -146,19 +148,17 @@ def periodic(a: PipelineRun, b: PipelineRun, per: int) -> bool:
             assert isinstance(shifted, tuple) and isinstance(shifted[1], int)
             class_shift.setdefault(shifted[1], []).append(d)
     per_class = {k: v[0] for k, v in class_shift.items()}
-    if a.contention and any(abs(x - delta) > tol for x in per_class.values()):
-        return False
-    if abs(max(per_class.values(), default=delta) - delta) > tol:
-        return False
-    if any(abs(d - per_class[k]) > tol for k, v in class_shift.items() for d in v):
-        return False
-    if any(abs(d - delta) > tol for d in barrier_shift):
-        return False
+    gaps = [abs(max(per_class.values(), default=delta) - delta)]
+    if a.contention:
+        gaps += [abs(x - delta) for x in per_class.values()]
+    gaps += [abs(d - per_class[k]) for k, v in class_shift.items() for d in v]
+    gaps += [abs(d - delta) for d in barrier_shift]
     for k, ranks in enumerate(a.class_ranks):
         want = delta if waits[k] or k not in per_class else per_class[k]
-        if np.any(np.abs(rb.rank_finish_s[ranks] - ra.rank_finish_s[ranks] - want) > tol):
-            return False
-    return True
+        gaps.append(float(np.max(np.abs(rb.rank_finish_s[ranks] - ra.rank_finish_s[ranks]
+                                        - want), initial=0.0)))
+    out = relative_drift(max(gaps), delta, rb.step_time_s)
+    return out if out == 0.0 or not a.contention else math.inf
 
 
 def extend(a: PipelineRun, b: PipelineRun, n: int, per: int) -> ExpandedResult:

@@ -16,7 +16,7 @@ import numpy as np
 
 from codesign.engine.executor import Timeline, attribute, execute_exact
 from codesign.engine.expanded.clusters import Clusters, ClusterUnit, price_clusters
-from codesign.engine.expanded.extend import PipelineRun, extend, periodic
+from codesign.engine.expanded.extend import PipelineRun, drift, extend
 from codesign.engine.expanded.fluid import execute_fluid
 from codesign.engine.expanded.geometry import RankGeometry
 from codesign.engine.expanded.values import ExpandedResult, Perturbations
@@ -59,8 +59,8 @@ def _simulate(graph: TrainingGraph, computes: Sequence[ComputeModel], network: N
 
     if not exact:
         extended = extend_steady_state(
-            shape, run, lambda a, b: periodic(a, b, per), lambda a, b, count: extend(
-                a, b, count, per), lambda r: replace(r, extension="unverified"))
+            shape, run, lambda a, b: drift(a, b, per), lambda a, b, count: extend(
+                a, b, count, per), lambda r, how: replace(r, extension=how))
         if extended is not None:
             return extended
     return run(shape.num_microbatches).result

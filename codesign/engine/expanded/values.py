@@ -55,7 +55,7 @@ class ExpandedResult:
     timeline: Timeline = field(repr=False)  # of the simulated micro-batches
     num_microbatches: int = 0  # of the step
     simulated_microbatches: int = 0  # in ``timeline`` (fewer when a steady state was extended)
-    #: ``exact``, ``periodic`` or ``unverified``, as
+    #: ``exact``, ``periodic``, ``bounded`` or ``unverified``, as
     #: :attr:`codesign.engine.training.StepResult.extension`
     extension: str = "exact"
 
