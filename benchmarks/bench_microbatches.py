@@ -34,6 +34,9 @@ CASES: list[tuple[str, str, int, dict[str, Any]]] = [
     ("megatron-530b", "a100", 2240, dict(tp=8, pp=35, sequence_parallel=True,
                                          recompute="selective")),
     ("megatron-1t", "a100", 3072, dict(tp=8, pp=64, recompute="full")),
+    # unequal stages (3 dense first layers, MTP on the last): a steady state that drifts by
+    # microseconds per period, extended as bounded
+    ("deepseek-v3", "b200", 1952, dict(tp=8, pp=61, ep=4, recompute="full")),
 ]
 
 
