@@ -55,11 +55,22 @@ def test_no_period_runs_a_short_step_in_full_and_extends_a_long_one_from_capped_
         ) -> None:
     out, ran = drive(EXACT_CAP, 1.0)
     assert out is None and max(ran) <= EXACT_CAP
-    n = 10 ** 9
-    out, ran = drive(n, 1.0)
-    assert out is not None and out[0] == "unverified"
-    assert max(ran) <= EXACT_CAP + 4 and len(ran) <= 16
-    assert all(c % 4 == n % 4 for c in ran)
+    for n in (10 ** 9, 10 ** 9 + 3):
+        out, ran = drive(n, 1.0)
+        # extended from a pair one period apart, the longer one the last sample run
+        assert out is not None and out[0] == "unverified" and out[2] == out[1] + 4
+        assert out[2] == ran[-1] and max(ran) <= EXACT_CAP + 4 and len(ran) <= 16
+        assert all(c % 4 == n % 4 for c in ran)
+
+
+def test_no_period_within_the_tries_extends_the_last_pair(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tries run out before the samples reach the cap: the last pair tried is extended."""
+    import codesign.engine.steady as steady
+    monkeypatch.setattr(steady, "MAX_TRIES", 3)
+    out, ran = drive(10 ** 9, 1.0)
+    # tries: (8, 12), (12, 16), then (24, 28)
+    assert ran == [8, 12, 16, 24, 28] and out == ("unverified", 24, 28)
 
 
 def test_relative_drift() -> None:

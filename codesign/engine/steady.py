@@ -77,8 +77,9 @@ def extend_steady_state(shape: StepShape, run: Callable[[int], S],
             return mark(extend(a, b, n), "bounded")
         if n > EXACT_CAP and 2 * a.num_microbatches + per > EXACT_CAP:
             break  # samples past the cap: extend this pair
-        a = b if attempt == 0 else run(2 * a.num_microbatches - n % per)
-    if n > EXACT_CAP:  # not periodic yet and too long to run: extend unverified
+        if attempt < MAX_TRIES - 1:
+            a = b if attempt == 0 else run(2 * a.num_microbatches - n % per)
+    if n > EXACT_CAP:  # not periodic yet and too long to run: extend the last pair unverified
         return mark(extend(a, b, n), "unverified")
     return None
 
