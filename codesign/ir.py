@@ -98,11 +98,20 @@ def at_layer(ops: Iterable[Op], layer: int, category: Category | None = None) ->
     """``[replace_op(o, layer=layer) for o in ops]`` (and ``category`` when given), in one
     loop without keyword arguments: the graph of a deep model copies every layer's
     operators this way."""
+    return _copies(ops, layer, None, category)
+
+
+def _copies(ops: Iterable[Op], layer: int, rename: Mapping[int, int] | None,
+            category: Category | None) -> list[Op]:
+    """Copies of ``ops`` on ``layer``, or with each one's layer renamed by ``rename`` when
+    given (a layer not in it kept), and ``category`` when given (:func:`at_layer`,
+    :class:`RelabeledOps`)."""
     new, set_attr = object.__new__, object.__setattr__
+    get = rename.get if rename is not None else None
     out = []
     for o in ops:
         d = o.__dict__.copy()
-        d["layer"] = layer
+        d["layer"] = layer if get is None else get(o.layer, o.layer)
         if category is not None:
             d["category"] = category
         op = new(Op)
@@ -127,15 +136,7 @@ class RelabeledOps(Sequence[Op]):
     def ops(self) -> tuple[Op, ...]:
         """The renamed operators (copied once)."""
         if self._ops is None:
-            get, new, set_attr = self.rename.get, object.__new__, object.__setattr__
-            out = []
-            for o in self.source:
-                d = o.__dict__.copy()
-                d["layer"] = get(o.layer, o.layer)
-                op = new(Op)
-                set_attr(op, "__dict__", d)
-                out.append(op)
-            self._ops = tuple(out)
+            self._ops = tuple(_copies(self.source, -1, self.rename, None))
         return self._ops
 
     def __len__(self) -> int:

@@ -84,7 +84,7 @@ class ChunkGraph:
             forward=RelabeledOps(self.forward, rename),
             backward=RelabeledOps(self.backward, rename),
             layer_params=tuple((rename.get(x, x), d, e) for x, d, e in self.layer_params),
-            layer_saved=tuple((rename[x], b) for x, b in self.layer_saved),
+            layer_saved=tuple((rename.get(x, x), b) for x, b in self.layer_saved),
             same_ops_as=self.virtual_stage)
 
 
