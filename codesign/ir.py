@@ -63,6 +63,9 @@ class Op:
     # HBM bytes of a memory op fused into its neighbouring matmul fusions (XLA execution,
     # codesign.hardware.compute); None: not fusible
     fused_bytes: float | None = None
+    # the host waits for this op to finish before it issues the next kernel (a device-to-host
+    # copy the host reads, e.g. dropless MoE split sizes); see codesign.engine.chunk.op_tasks
+    host_sync: bool = False
 
     @property
     def stream(self) -> str:

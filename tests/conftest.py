@@ -15,14 +15,15 @@ from codesign.specs import (
 
 
 def ideal_gpu(**over: object) -> GpuSpec:
-    """A GPU with efficiency 1 and no kernel overhead: times follow the roofline exactly."""
+    """A GPU with efficiency 1, no kernel overhead and no host issue cost: times follow the
+    roofline exactly."""
     data: dict[str, object] = dict(
         name="ideal", vendor="test", peak_tflops={"bf16": 100.0, "fp8": 200.0},
         hbm_capacity_GB=1000.0, hbm_bandwidth_TBps=1.0, scale_up_bandwidth_GBps=100.0,
         default_topology="dgx-h100",
         efficiency=ComputeEfficiency(gemm_max=1.0, gemm_half_dim=0.0, attention_fwd=1.0,
                                      attention_bwd=1.0, memory_bound=1.0,
-                                     kernel_overhead_us=0.0))
+                                     kernel_overhead_us=0.0, host_issue_us=0.0))
     data.update(over)
     return GpuSpec.model_validate(data)
 

@@ -74,8 +74,8 @@ def check_report_shape(d: dict[str, Any]) -> None:
     assert set(d["memory_gib"]) == {*MEMORY_KEYS, "total"}
     assert set(d["breakdown_s"]) == set(BREAKDOWN_KEYS)
     assert set(BREAKDOWN_KEYS) == {"forward", "backward", "recompute", "optimizer",
-                                   "pipeline_bubble", "tp_comm", "cp_comm", "ep_comm",
-                                   "dp_comm", "pp_comm"}
+                                   "pipeline_bubble", "host_issue", "tp_comm", "cp_comm",
+                                   "ep_comm", "dp_comm", "pp_comm"}
     assert set(MEMORY_KEYS) == {"weights", "gradients", "optimizer", "activations",
                                 "comm_buffers"}
 

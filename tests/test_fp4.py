@@ -157,8 +157,9 @@ def test_bad_fp4_field_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) ->
 def test_fp4_run_on_b200_is_faster_than_fp8_without_kept_layers() -> None:
     """Every linear layer in FP4 (none kept): the GEMMs run at twice the FP8 peak, so the
     step is shorter than FP8's but longer than half of it (attention, norms, communication
-    and the casts do not speed up)."""
-    plan = dict(tp=8, global_batch_size=16, sequence_parallel=True)
+    and the casts do not speed up). TP 1: GPU-bound (at TP 8 the 8B model's kernels are so
+    small that the host issuing them binds both runs alike)."""
+    plan = dict(tp=1, global_batch_size=16)
     t8 = simulate_run(build_run(model="llama3-8b", gpu="b200", num_gpus=8, dtype="fp8",
                                 **plan)).step_time_s
     t4 = simulate_run(build_run(model="llama3-8b", gpu="b200", num_gpus=8, dtype="fp4",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from codesign.engine.executor import COMM_PREFIX, Task, Timeline, attribute, execute
+from codesign.engine.executor import COMM_PREFIX, HOST, Task, Timeline, attribute, execute
 from codesign.ir import GROUP_STREAM, Op
 from codesign.workload.step_program import wire_pass
 
@@ -34,27 +34,78 @@ def comm_category(group: str | None) -> str:
 
 
 def op_tasks(ops: Sequence[Op], compute_time: Callable[[Op], float],
-             comm_time: Callable[[Op], float]) -> list[Task]:
+             comm_time: Callable[[Op], float],
+             host_time: Callable[[Op], float] | None = None) -> list[Task]:
     """Tasks for a chunk's operators, wired by each collective's overlap rule
-    (:func:`codesign.workload.step_program.wire_pass`)."""
+    (:func:`codesign.workload.step_program.wire_pass`).
+
+    With ``host_time`` each compute operator is issued first by a task on the :data:`HOST`
+    stream (in program order, ``host_time(op)`` seconds) and starts no earlier than its
+    issue: a pass is host-bound when its kernels run faster than the host launches them.
+    After an operator marked ``host_sync`` the host issues nothing until it has finished (the
+    host reads a device-to-host copy), so the queue of work issued ahead drains there. Up to
+    its first synchronization a pass whose host keeps up with it does not wait at all: the
+    host ran ahead during the earlier passes (:func:`host_ahead`); otherwise its first
+    kernel was issued while the previous pass ran and the rest as the host issues them.
+    Collectives keep the overlap rule's timing (a prefetch is issued ahead, as the
+    frameworks' hooks issue it); they follow their compute dependencies, which the host
+    issued. Each task's ``meta`` holds its operator's index (``op``)."""
+    wiring = wire_pass(ops)
     tasks: list[Task] = []
-    for tid, (op, deps) in enumerate(zip(ops, wire_pass(ops), strict=True)):
-        if op.kind != "comm":
-            tasks.append(Task(tid, "compute", compute_time(op), deps, op.name, op.category,
-                              meta=(("layer", op.layer),)))
-        else:
-            tasks.append(Task(tid, op.stream, comm_time(op), deps, op.name,
-                              comm_category(op.group), meta=(("layer", op.layer),)))
+    if host_time is None:
+        for i, (op, deps) in enumerate(zip(ops, wiring, strict=True)):
+            busy_s = compute_time(op) if op.kind != "comm" else 0.0
+            tasks.append(_op_task(i, i, op, deps, busy_s, comm_time))
+        return tasks
+    busy = [compute_time(op) if op.kind != "comm" else 0.0 for op in ops]
+    issue_s = [host_time(op) if op.kind != "comm" else 0.0 for op in ops]
+    ahead = host_ahead(ops, busy, issue_s)
+    task_of: list[int] = []
+    wait = -1  # the task of the last host-synchronizing operator
+    first = next((i for i, op in enumerate(ops) if op.kind != "comm"), -1)
+    for i, (op, deps) in enumerate(zip(ops, wiring, strict=True)):
+        mine = tuple(task_of[d] for d in deps)
+        if op.kind != "comm" and i >= ahead:
+            issue = len(tasks)
+            # the first kernel was issued while the previous pass ran
+            tasks.append(Task(issue, HOST, 0.0 if i == first else issue_s[i],
+                              (wait,) if wait >= 0 else (), "issue " + op.name, HOST,
+                              meta=(("layer", op.layer), ("op", i))))
+            mine = (*mine, issue)
+        task_of.append(len(tasks))
+        tasks.append(_op_task(len(tasks), i, op, mine, busy[i], comm_time))
+        if op.host_sync:
+            wait = task_of[-1]
     return tasks
+
+
+def host_ahead(ops: Sequence[Op], busy: Sequence[float], issue_s: Sequence[float]) -> int:
+    """How many leading operators of a pass run without waiting for their issue: up to and
+    including its first host synchronization when the host issues that stretch faster than
+    the GPU runs it (then the host ran ahead during earlier passes, and kept the lead), else
+    none. ``busy``/``issue_s``: each operator's GPU and host seconds."""
+    stop = next((i + 1 for i, op in enumerate(ops) if op.host_sync), len(ops))
+    return stop if sum(issue_s[:stop]) <= sum(busy[:stop]) else 0
+
+
+def _op_task(tid: int, i: int, op: Op, deps: Sequence[int], busy_s: float,
+             comm_time: Callable[[Op], float]) -> Task:
+    meta = (("layer", op.layer), ("op", i))
+    if op.kind != "comm":
+        return Task(tid, "compute", busy_s, tuple(deps), op.name, op.category, meta=meta)
+    return Task(tid, op.stream, comm_time(op), tuple(deps), op.name,
+                comm_category(op.group), meta=meta)
 
 
 def time_chunk(ops: Sequence[Op], compute_time: Callable[[Op], float],
                comm_time: Callable[[Op], float],
-               executor: Callable[[Sequence[Task]], Timeline] = execute) -> ChunkTiming:
+               executor: Callable[[Sequence[Task]], Timeline] = execute,
+               host_time: Callable[[Op], float] | None = None) -> ChunkTiming:
     """Simulate one chunk pass and summarize it. ``executor`` runs the tasks:
     :func:`~codesign.engine.executor.execute` (SimPy) or the equivalent one-pass
-    :func:`~codesign.engine.executor.execute_in_order` (same timeline, faster)."""
-    tasks = op_tasks(ops, compute_time, comm_time)
+    :func:`~codesign.engine.executor.execute_in_order` (same timeline, faster);
+    ``host_time``: the host's issue of each operator (:func:`op_tasks`)."""
+    tasks = op_tasks(ops, compute_time, comm_time, host_time)
     tl = executor(tasks)
     compute_end = max((tl.end[t.id] for t in tasks if t.stream == "compute"), default=0.0)
     parts = attribute(tl, "compute", compute_end)
@@ -64,7 +115,7 @@ def time_chunk(ops: Sequence[Op], compute_time: Callable[[Op], float],
         layer = dict(t.meta).get("layer", -1)
         if t.stream == "compute":
             layer_done[layer] = max(layer_done.get(layer, 0.0), tl.end[t.id])
-        elif tl.end[t.id] > compute_end:
+        elif t.stream != HOST and tl.end[t.id] > compute_end:
             tail[t.category] = max(tail.get(t.category, 0.0), tl.end[t.id] - compute_end)
     return ChunkTiming(
         compute_time=compute_end, makespan=tl.makespan,

@@ -18,6 +18,9 @@ from typing import Any, NamedTuple
 import simpy
 
 COMM_PREFIX = "comm:"
+#: stream and category of the host tasks that issue a pass's kernels
+#: (:func:`codesign.engine.chunk.op_tasks`)
+HOST = "host"
 
 
 class Task(NamedTuple):
@@ -241,8 +244,9 @@ def attribute(tl: Timeline, stream: str, until: float | None = None) -> dict[str
     """Split ``[0, until]`` of one stream into categories; the values sum to ``until``.
 
     Busy time goes to each task's category (or its ``breakdown``). An idle gap goes to the
-    communication that the stream was waiting for while it ran (``comm:<kind>``), and the
-    rest of the gap to ``bubble`` (waiting for compute elsewhere, e.g. other pipeline stages).
+    communication that the stream was waiting for while it ran (``comm:<kind>``), to
+    :data:`HOST` when it waited for the host to issue its next kernel, and the rest of the
+    gap to ``bubble`` (waiting for compute elsewhere, e.g. other pipeline stages).
     """
     horizon = tl.makespan if until is None else until
     tasks = tl.tasks
@@ -275,6 +279,9 @@ def attribute_stream(own: Sequence[int], last: int, horizon: float, start: Seque
                 add("bubble", hi - lo)
                 return
             cat = category(tid)
+            if cat == HOST:  # waiting for the host to issue the next kernel
+                add(HOST, hi - lo)
+                return
             if not cat.startswith(COMM_PREFIX):
                 add("bubble", hi - lo)
                 return

@@ -154,8 +154,8 @@ def time_chunks(graph: TrainingGraph, compute: ComputeModel,
                 ops = host_copies(ops, phase, c, p, *sharded)
             key = _ops_key(ops)
             if key not in memo:
-                memo[key] = (time_chunk(ops, compute.time, comm_time, execute_in_order),
-                            c.layers)
+                memo[key] = (time_chunk(ops, compute.time, comm_time, execute_in_order,
+                                        compute.host_time), c.layers)
             timing, layers = memo[key]
             out[(c.virtual_stage, phase)] = _on_layers(timing, layers, c.layers)
     return out

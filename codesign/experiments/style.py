@@ -43,6 +43,7 @@ BREAKDOWN_STYLE: dict[str, tuple[str, str]] = {
     "recompute": ("#44AA99", ""),
     "optimizer": ("#117733", ""),
     "pipeline_bubble": ("#DDDDDD", "...."),
+    "host_issue": ("#BBBBBB", "--"),
     "tp_comm": ("#CC6677", "////"),
     "cp_comm": ("#999933", "\\\\"),
     "ep_comm": ("#DDCC77", "xxxx"),

@@ -104,6 +104,23 @@ HOST_LAUNCH_US = 2.7
 #: per 2.9 us kernel with a graph, i.e. ~0.5 us between nodes on a V100)
 GRAPH_NODE_US = 0.6
 
+#: Host time to issue one eagerly launched kernel, us (``ComputeEfficiency.host_issue_us``
+#: overrides it per GPU): the PyTorch / Transformer Engine dispatch of the operator plus the
+#: driver enqueue (:data:`HOST_LAUNCH_US` of it), for each kernel codesign counts
+#: (:func:`kernels`). A pass on the compute stream cannot run ahead of the host that issues it
+#: (:func:`codesign.engine.chunk.op_tasks`), and a host synchronization (dropless MoE split
+#: sizes) drains the queue the host had built, so many small kernels make a pass host-bound.
+#: FITTED (golden section on |log error|, as ``codesign calibrate`` fits
+#: ``sustained_fraction``) on the one visible training row whose step it binds: T089,
+#: Qwen3-30B-A3B on 16 H100 with FP8 current scaling (Megatron-Bridge 25.11; 16 experts per
+#: rank, each expert's operands quantized by three kernels of its own). It is a lumped figure
+#: per *counted* kernel: codesign counts one kernel per operator where the framework runs
+#: several small ones (router scores, auxiliary losses, permutation indices, hooks), so it is
+#: larger than the bare launch. Out-of-sample check, not fitted: the same software on B200
+#: (DGX B200 Xeon host) and the FP8 delayed-scaling twin of T089; see docs/validation.md.
+#: ASSUMPTION: one value for every catalog host CPU (x86 DGX hosts and Grace).
+HOST_ISSUE_US = 79.0
+
 Source = Literal["measured", "model"]
 
 
@@ -118,6 +135,36 @@ def graph_kernel_overhead_us(gpu: GpuSpec) -> float:
         return eff.graph_kernel_overhead_us
     return min(eff.kernel_overhead_us, max(eff.kernel_overhead_us - HOST_LAUNCH_US,
                                            GRAPH_NODE_US))
+
+
+def host_issue_us(gpu: GpuSpec) -> float:
+    """Host time (us) to issue one kernel of a training pass: 0 under XLA execution (the chip
+    sequences its compiled program), else the GPU's ``host_issue_us`` or
+    :data:`HOST_ISSUE_US`."""
+    if gpu.execution == "xla":
+        return 0.0
+    own = gpu.efficiency.host_issue_us
+    return HOST_ISSUE_US if own is None else own
+
+
+def cast_kernels(op: Op) -> float:
+    """Quantization kernels an FP8/FP4 GEMM launches for its activation operand (forward and
+    input-gradient GEMMs; 0 otherwise): one cast(-transpose) kernel, or under FP8 current
+    scaling three per quantized tensor (amax, scale, cast), each expert's split by itself."""
+    if op.kind != "gemm" or op.precision not in CAST_BYTES or op.role not in ("fwd", "dgrad"):
+        return 0.0
+    if op.current_scaling and op.precision == "fp8":
+        return CURRENT_SCALING_KERNELS * op.count
+    return 1.0
+
+
+def kernels(op: Op) -> float:
+    """Compute kernels the host launches for ``op``: a GEMM's ``count`` plus its quantization
+    (:func:`cast_kernels`); one for a memory or attention operator; none for a collective,
+    which keeps its overlap rule's timing (:func:`codesign.engine.chunk.op_tasks`)."""
+    if op.kind == "gemm":
+        return op.count + cast_kernels(op)
+    return 0.0 if op.kind == "comm" else 1.0
 
 
 def op_overhead_us(gpu: GpuSpec) -> float:
@@ -209,6 +256,10 @@ class ComputeModel:
                 return measured
         return self.model_time(op)
 
+    def host_time(self, op: Op) -> float:
+        """Seconds the host spends issuing ``op`` (:func:`host_issue_us` per kernel)."""
+        return host_issue_us(self.gpu) * kernels(op) * US
+
     def model_time(self, op: Op) -> float:
         """Roofline seconds for one compute operator, ignoring measured tables."""
         eff = self.gpu.efficiency
@@ -225,17 +276,15 @@ class ComputeModel:
             peak = self.gpu.peak_flops(op.precision)
             flop_time = op.flops / (peak * self.gemm_efficiency(*op.mnk, op.precision))
             t = max(flop_time, mem_time) + op.count * overhead
-            cast_bytes = CAST_BYTES.get(op.precision)
-            if cast_bytes is not None and op.role in ("fwd", "dgrad"):
-                # the activation / output-gradient operand is quantized by its own kernel
+            casts = cast_kernels(op)
+            if casts:
+                # the activation / output-gradient operand is quantized by its own kernel(s)
                 # (weights are cast once per step and their transposes cached)
                 m, _, k = op.mnk
-                kernels = 1.0
+                cast_bytes = CAST_BYTES[op.precision]
                 if op.current_scaling and op.precision == "fp8":
                     cast_bytes += CURRENT_SCALING_AMAX_BYTES
-                    kernels = CURRENT_SCALING_KERNELS * op.count
-                cast = op.count * m * k * cast_bytes
-                t += cast / stream + kernels * overhead
+                t += op.count * m * k * cast_bytes / stream + casts * overhead
             return t
         if op.kind == "attention":
             peak = self.gpu.peak_flops("bf16")

@@ -21,8 +21,11 @@ from typing import Any
 from codesign.units import GiB
 
 BREAKDOWN_KEYS = ("forward", "backward", "recompute", "optimizer", "pipeline_bubble",
-                  "tp_comm", "cp_comm", "ep_comm", "dp_comm", "pp_comm")
-_CATEGORY_KEY = {"bubble": "pipeline_bubble", "comm:tp": "tp_comm", "comm:cp": "cp_comm",
+                  "host_issue", "tp_comm", "cp_comm", "ep_comm", "dp_comm", "pp_comm")
+#: engine categories -> report keys; ``host_issue``: the compute stream idle while the host
+#: issues its next kernel (codesign.engine.chunk.op_tasks)
+_CATEGORY_KEY = {"bubble": "pipeline_bubble", "host": "host_issue",
+                 "comm:tp": "tp_comm", "comm:cp": "cp_comm",
                  "comm:ep": "ep_comm", "comm:dp": "dp_comm", "comm:pp": "pp_comm",
                  # copies to and from the host tier (offload); a key only when a plan offloads
                  "comm:h2d": "offload_comm", "comm:d2h": "offload_comm"}

@@ -34,7 +34,7 @@ from codesign.workload.training import ChunkBinder, ChunkGraph
 
 #: breakdown categories of a pass, in vector order
 CATS: tuple[str, ...] = ("forward", "backward", "recompute", "comm:tp", "comm:cp", "comm:ep",
-                         "comm:dp", "bubble")
+                         "comm:dp", "host", "bubble")
 IDX = {c: i for i, c in enumerate(CATS)}
 DP = IDX["comm:dp"]
 
@@ -109,16 +109,18 @@ def _sample_layer(sample: TrainingRun, kinds: tuple[str, ...], kind: str) -> int
 
 
 def time_layers(sample: TrainingRun, kinds: tuple[str, ...], net: NetworkModel,
-                compute: Callable[[Op], float], phases: tuple[str, ...]) -> LayerCosts:
+                compute: Callable[[Op], float], phases: tuple[str, ...],
+                host: Callable[[Op], float] | None = None) -> LayerCosts:
     """Bind and time one layer of each kind (plus embedding and head) of ``sample`` (a plan
-    of the shape, without ZeRO-3 gathers)."""
+    of the shape, without ZeRO-3 gathers); ``host``: each operator's host issue time
+    (:func:`codesign.engine.chunk.op_tasks`)."""
     binder = ChunkBinder(sample)
 
     def comm(op: Op) -> float:
         return net.collective(op.comm or "none", op.group or "dp", op.size).time_s
 
     def timed(ch: ChunkGraph) -> dict[str, PassCost]:
-        return {ph: PassCost.of(time_chunk(ops, compute, comm, execute_in_order))
+        return {ph: PassCost.of(time_chunk(ops, compute, comm, execute_in_order, host))
                 for ph, ops in phase_ops(ch, phases).items()}
 
     def has_ops(ch: ChunkGraph, ph: str) -> bool:
@@ -130,9 +132,20 @@ def time_layers(sample: TrainingRun, kinds: tuple[str, ...], net: NetworkModel,
     payload: dict[str, float] = {}
     params: dict[str, tuple[float, float]] = {}
     for kind in sorted(set(kinds)):
-        ch, _ = binder.chunk(0, (_sample_layer(sample, kinds, kind),), False, False)
-        for ph, pc in timed(ch).items():
-            per[ph][kind] = pc
+        layer = _sample_layer(sample, kinds, kind)
+        ch, _ = binder.chunk(0, (layer,), False, False)
+        one = timed(ch)
+        pair = None
+        if any(pc.parts[IDX["host"]] > 0 for pc in one.values()):
+            # the host binds: a layer after another starts with the host's backlog, so its
+            # cost is what a second layer of the kind adds, not one layer timed alone
+            later = [i for i, k in enumerate(kinds) if k == kind and i > layer
+                     and high_precision_layer(sample, i) == high_precision_layer(sample, layer)]
+            if later:
+                two, _ = binder.chunk(0, (layer, later[0]), False, False)
+                pair = timed(two)
+        for ph, pc in one.items():
+            per[ph][kind] = pc if pair is None else pair[ph].minus(pc)
         saved[kind] = ch.saved_bytes
         payload[kind] = ch.comm_peak_bytes
         params[kind] = (ch.dense_params, ch.expert_params)

@@ -241,7 +241,8 @@ class Estimator:
         if lc is None:
             sample = par.model_copy(update={"zero_stage": 1, "fsdp": False})  # no gathers
             run = self.base.model_copy(update={"parallel": sample})
-            lc = time_layers(run, self.kinds, net, self.compute.time, phases)
+            lc = time_layers(run, self.kinds, net, self.compute.time, phases,
+                             self.compute.host_time)
             self._layers[key] = lc
         return lc
 

@@ -35,6 +35,11 @@ class ComputeEfficiency(Spec):
         description="cost per kernel replayed from a captured CUDA graph (no host enqueue), "
                     "us; None = kernel_overhead_us less the host enqueue cost "
                     "(codesign.hardware.compute.graph_kernel_overhead_us)")
+    host_issue_us: float | None = Field(
+        default=None, ge=0,
+        description="host time (framework dispatch and driver enqueue) to issue one eagerly "
+                    "launched kernel, us: a training pass runs no faster than its host issues "
+                    "it; None = codesign.hardware.compute.HOST_ISSUE_US")
     sustained_fraction: float = Field(
         default=1.0, gt=0, le=1.5,
         description="fraction of the microbenchmark GEMM/attention efficiencies sustained in "

@@ -44,6 +44,9 @@ class OpTemplate:
     count: Expr | None = None  # identical kernels (grouped expert GEMMs); None = 1
     attn: tuple[Expr, Expr, Expr] | None = None  # (batch·heads, key length, head dim)
     has_backward: bool = True  # False: forward-only (a host synchronization, not a kernel)
+    #: the host waits for this op to finish before it issues the next kernel
+    #: (``cudaStreamSynchronize`` after a device-to-host copy, :func:`host_sync`)
+    host_sync: bool = False
     #: backward HBM bytes of a memory kernel as a multiple of its forward bytes: 2 for an
     #: elementwise kernel (reads the output gradient and the saved input, writes the input
     #: gradient); 1 for a pure permutation, whose backward applies the inverse permutation
@@ -99,7 +102,7 @@ def host_sync(name: str, nbytes: ExprLike) -> OpTemplate:
     kernel: priced as a memory kernel of ``nbytes`` (one kernel overhead: the launch the idle
     GPU waits for). Backward replays the split sizes the host already holds: no sync there."""
     return OpTemplate(name=name, kind="memory", flops=lift(0), bytes=lift(nbytes),
-                      saved=lift(0), precision="bf16", has_backward=False)
+                      saved=lift(0), precision="bf16", has_backward=False, host_sync=True)
 
 
 def comm(name: str, fwd: str | None, bwd: str | None, group: str, size: ExprLike,

@@ -149,6 +149,7 @@ def _bind(t: OpTemplate, env: Mapping[str, float], layer: int, precision: str,
         attn_shape=(tuple(x.evaluate(env) for x in t.attn)  # type: ignore[arg-type]
                     if t.attn is not None and env["T"] == env["b"] * env["S"] else None),
         fused_bytes=None if t.fused_bytes is None else t.fused_bytes.evaluate(env),
+        host_sync=t.host_sync,
     )
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from codesign.engine.chunk import comm_category
+from codesign.engine.executor import HOST
 from codesign.engine.expanded.link_factors import LinkFactors
 from codesign.engine.expanded.values import PassTiming
 from codesign.hardware.compute import ComputeModel
@@ -20,7 +21,8 @@ from codesign.workload.step_program import wire_pass
 def batch_pass(ops: Sequence[Op], speed: np.ndarray, gtype: np.ndarray,
                compute_time: Callable[[Op], np.ndarray],
                comm_time: Callable[[int, Op], np.ndarray],
-               group_axes: Callable[[str], tuple[int, ...]]) -> list[PassTiming]:
+               group_axes: Callable[[str], tuple[int, ...]],
+               host_time: Callable[[Op], float] | None = None) -> list[PassTiming]:
     """Simulate one chunk pass for a batch of clusters, every member at once.
 
     ``speed`` and ``gtype`` have shape ``(batch, *member)``; ``compute_time(op)`` gives the
@@ -30,6 +32,8 @@ def batch_pass(ops: Sequence[Op], speed: np.ndarray, gtype: np.ndarray,
     (:func:`~codesign.workload.step_program.wire_pass`, as in the symmetric engine); it starts
     when every member of its instance is ready on its stream and its dependencies are done.
     Idle compute time goes to the category of the collective that released the op.
+    ``host_time``: the host issues each operator first, as in
+    :func:`codesign.engine.chunk.op_tasks` (the host's speed is every member's).
     """
     shape = speed.shape
     compute_free = np.zeros(shape)
@@ -45,25 +49,45 @@ def batch_pass(ops: Sequence[Op], speed: np.ndarray, gtype: np.ndarray,
     comm_end: dict[str, np.ndarray] = {}
     any_compute = False
     wiring = wire_pass(ops)
+    durs = [None if op.kind == "comm" else _member_time(compute_time(op), gtype, speed)
+            for op in ops]
+    issued = np.zeros(shape)  # when the host has issued the op (host_time given)
+    synced: np.ndarray | None = None  # end of the last host-synchronizing op
+    host_cat, stop, ahead = -1, 0, np.zeros(shape, dtype=bool)
+    if host_time is not None:
+        host_cat = len(cats)
+        cat_id[HOST] = host_cat
+        cats.append(HOST)
+        # op_tasks' host_ahead, member by member
+        stop = next((i + 1 for i, op in enumerate(ops) if op.host_sync), len(ops))
+        lead = [i for i in range(stop) if durs[i] is not None]
+        ahead = (sum(host_time(ops[i]) for i in lead)
+                 <= sum((durs[i] for i in lead), np.zeros(shape)))
     for i, op in enumerate(ops):
         deps = wiring[i]
+        gate: list[tuple[int, np.ndarray]] = []
+        if host_time is not None and op.kind != "comm":
+            if synced is not None:
+                issued = np.maximum(issued, synced)
+            if any_compute:  # the first kernel was issued during the previous pass (op_tasks)
+                issued = issued + host_time(op)
+            gate = [(-1, np.where(ahead, -np.inf, issued) if i < stop else issued)]
         if op.kind != "comm":
             ready = compute_free
-            if deps:
+            if deps or gate:
                 best_t = np.full(shape, -1.0)
                 best_c = np.full(shape, -1, dtype=np.int64)
-                for d in deps:
-                    e = end[d]
+                for d, e in [*((d, end[d]) for d in deps), *gate]:
                     upd = e > best_t
                     best_t = np.where(upd, e, best_t)
-                    best_c = np.where(upd, op_cat[d], best_c)
+                    best_c = np.where(upd, op_cat[d] if d >= 0 else host_cat, best_c)
                     ready = np.maximum(ready, e)
                 gap = ready - compute_free
                 for c in np.unique(best_c[gap > 0]):
                     g = np.where((best_c == c) & (gap > 0), gap, 0.0)
                     gaps[int(c)] = gaps[int(c)] + g if int(c) in gaps else g
-            base = compute_time(op)
-            dur = (base[gtype] if base.size > 1 else base[0]) / speed
+            dur = durs[i]
+            assert dur is not None
             e = ready + dur
             busy += dur
             parts[op.category] = parts[op.category] + dur if op.category in parts else dur
@@ -71,6 +95,8 @@ def batch_pass(ops: Sequence[Op], speed: np.ndarray, gtype: np.ndarray,
             layer_done[op.layer] = e if prev_layer is None else np.maximum(prev_layer, e)
             compute_free = e
             end[i] = e
+            if op.host_sync:
+                synced = e
             any_compute = True
             continue
         cat = comm_category(op.group)
@@ -87,9 +113,16 @@ def batch_pass(ops: Sequence[Op], speed: np.ndarray, gtype: np.ndarray,
         e = np.broadcast_to(start + comm_time(i, op), shape)
         stream_free[stream] = e
         end[i] = e
+        if op.host_sync:
+            synced = e
         comm_end[cat] = np.maximum(comm_end[cat], e) if cat in comm_end else e
     return _timings(compute_free if any_compute else None, busy, parts,
                     {cats[c]: v for c, v in gaps.items()}, layer_done, comm_end)
+
+
+def _member_time(base: np.ndarray, gtype: np.ndarray, speed: np.ndarray) -> np.ndarray:
+    """Seconds of one kernel on each member: its GPU type's price over the member's speed."""
+    return (base[gtype] if base.size > 1 else base[0]) / speed
 
 
 def _timings(compute_free: np.ndarray | None, busy: np.ndarray,

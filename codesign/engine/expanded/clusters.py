@@ -222,7 +222,7 @@ def _perturbed_passes(geo: RankGeometry, faults: LinkFactors, batches: Mapping[i
                 ops = pass_ops(by_v[v].forward, by_v[v].backward, ph, split)
                 prices = BatchPrices(models, faults, s, idx, stretch.get((v, ph), {}))
                 results = batch_pass(ops, speed_t[s][idx], gtype_t[s][idx], prices.compute,
-                                     prices.comm, geo.group_axes)
+                                     prices.comm, geo.group_axes, models[0].host_time)
                 hp = healthy_pass[(v, ph)]
                 for j, pr in enumerate(results):
                     out[j][(v, ph)] = PassTiming(pr.compute_time, pr.breakdown, pr.layer_done,

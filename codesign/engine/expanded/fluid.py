@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from codesign.engine.chunk import op_tasks
 from codesign.engine.executor import (
+    HOST,
     ScheduleDeadlock,
     Task,
     Timeline,
@@ -216,10 +217,14 @@ def fluid_pass(ops: Sequence[Op], compute: ComputeModel, faults: LinkFactors
     """A healthy rank's chunk pass with its overlapping collectives sharing its ports, and
     the stretch (contended / nominal duration) of each collective, by op index."""
     tasks = op_tasks(ops, compute.time,
-                     lambda op: faults.cost(op.comm or "none", op.group or "dp", op.size, 0))
-    flows = {t.id: _rank_flow(faults.profile(ops[t.id].comm or "none", ops[t.id].group or "dp",
-                                             ops[t.id].size, 0))
-             for t in tasks if t.stream != "compute"}
+                     lambda op: faults.cost(op.comm or "none", op.group or "dp", op.size, 0),
+                     compute.host_time)
+    op_of = {t.id: dict(t.meta)["op"] for t in tasks}
+    comms = [t for t in tasks if t.stream not in ("compute", HOST)]
+    flows = {t.id: _rank_flow(faults.profile(ops[op_of[t.id]].comm or "none",
+                                             ops[op_of[t.id]].group or "dp",
+                                             ops[op_of[t.id]].size, 0))
+             for t in comms}
     tl = execute_fluid(tasks, flows)
     compute_end = max((tl.end[t.id] for t in tasks if t.stream == "compute"), default=0.0)
     parts = attribute(tl, "compute", compute_end)
@@ -232,10 +237,12 @@ def fluid_pass(ops: Sequence[Op], compute: ComputeModel, faults: LinkFactors
             layer = dict(t.meta).get("layer", -1)
             layer_done[layer] = max(layer_done.get(layer, 0.0), tl.end[t.id])
             continue
+        if t.stream == HOST:
+            continue
         if tl.end[t.id] > compute_end:
             tail[t.category] = max(tail.get(t.category, 0.0), tl.end[t.id] - compute_end)
         if t.duration > 0:
-            stretch[t.id] = (tl.end[t.id] - tl.start[t.id]) / t.duration
+            stretch[op_of[t.id]] = (tl.end[t.id] - tl.start[t.id]) / t.duration
         f = flows[t.id]
         for key, u in f.usage:
             load[key] += u * f.transfer_s
