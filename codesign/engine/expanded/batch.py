@@ -53,16 +53,22 @@ def batch_pass(ops: Sequence[Op], speed: np.ndarray, gtype: np.ndarray,
             for op in ops]
     issued = np.zeros(shape)  # when the host has issued the op (host_time given)
     synced: np.ndarray | None = None  # end of the last host-synchronizing op
-    host_cat, stop, ahead = -1, 0, np.zeros(shape, dtype=bool)
+    host_cat, stop = -1, 0
+    ahead: np.ndarray = np.zeros(shape, dtype=bool)
     if host_time is not None:
         host_cat = len(cats)
         cat_id[HOST] = host_cat
         cats.append(HOST)
         # op_tasks' host_ahead, member by member
         stop = next((i + 1 for i, op in enumerate(ops) if op.host_sync), len(ops))
-        lead = [i for i in range(stop) if durs[i] is not None]
-        ahead = (sum(host_time(ops[i]) for i in lead)
-                 <= sum((durs[i] for i in lead), np.zeros(shape)))
+        gpu_s = np.zeros(shape)
+        host_s = 0.0
+        for i in range(stop):
+            lead = durs[i]
+            if lead is not None:
+                gpu_s = gpu_s + lead
+                host_s += host_time(ops[i])
+        ahead = host_s <= gpu_s
     for i, op in enumerate(ops):
         deps = wiring[i]
         gate: list[tuple[int, np.ndarray]] = []
