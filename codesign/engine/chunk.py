@@ -84,8 +84,14 @@ def host_ahead(ops: Sequence[Op], busy: Sequence[float], issue_s: Sequence[float
     including its first host synchronization when the host issues that stretch faster than
     the GPU runs it (then the host ran ahead during earlier passes, and kept the lead), else
     none. ``busy``/``issue_s``: each operator's GPU and host seconds."""
-    stop = next((i + 1 for i, op in enumerate(ops) if op.host_sync), len(ops))
+    stop = lead_end(ops)
     return stop if sum(issue_s[:stop]) <= sum(busy[:stop]) else 0
+
+
+def lead_end(ops: Sequence[Op]) -> int:
+    """Index after a pass's first host synchronization (its length when it has none): the
+    stretch the host may have issued ahead (:func:`host_ahead`)."""
+    return next((i + 1 for i, op in enumerate(ops) if op.host_sync), len(ops))
 
 
 def _op_task(tid: int, i: int, op: Op, deps: Sequence[int], busy_s: float,

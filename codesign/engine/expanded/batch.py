@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from codesign.engine.chunk import comm_category
+from codesign.engine.chunk import comm_category, lead_end
 from codesign.engine.executor import HOST
 from codesign.engine.expanded.link_factors import LinkFactors
 from codesign.engine.expanded.values import PassTiming
@@ -60,7 +60,7 @@ def batch_pass(ops: Sequence[Op], speed: np.ndarray, gtype: np.ndarray,
         cat_id[HOST] = host_cat
         cats.append(HOST)
         # op_tasks' host_ahead, member by member
-        stop = next((i + 1 for i, op in enumerate(ops) if op.host_sync), len(ops))
+        stop = lead_end(ops)
         gpu_s = np.zeros(shape)
         host_s = 0.0
         for i in range(stop):
