@@ -52,14 +52,12 @@ def op_tasks(ops: Sequence[Op], compute_time: Callable[[Op], float],
     issued. Each task's ``meta`` holds its operator's index (``op``)."""
     wiring = wire_pass(ops)
     tasks: list[Task] = []
-    if host_time is None:
-        for i, (op, deps) in enumerate(zip(ops, wiring, strict=True)):
-            busy_s = compute_time(op) if op.kind != "comm" else 0.0
-            tasks.append(_op_task(i, i, op, deps, busy_s, comm_time))
-        return tasks
     busy = [compute_time(op) if op.kind != "comm" else 0.0 for op in ops]
-    issue_s = [host_time(op) if op.kind != "comm" else 0.0 for op in ops]
-    ahead = host_ahead(ops, busy, issue_s)
+    if host_time is None:  # no host tasks: task ids are operator indices
+        issue_s, ahead = busy, len(ops)
+    else:
+        issue_s = [host_time(op) if op.kind != "comm" else 0.0 for op in ops]
+        ahead = host_ahead(ops, busy, issue_s)
     task_of: list[int] = []
     wait = -1  # the task of the last host-synchronizing operator
     first = next((i for i, op in enumerate(ops) if op.kind != "comm"), -1)
