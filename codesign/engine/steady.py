@@ -9,7 +9,8 @@ run extended by the remaining periods (each engine's ``extend``).
 A pipeline of unequal stages can approach its steady state slowly: a path through a faster
 stage catches up with the critical one by a few microseconds per period, so the trailing
 window repeats only to within a small ``ε`` for hundreds of periods (DeepSeek-V3 on 61
-stages: ``ε`` = 22 µs per 1.18 s period). The step is a max-plus system of the window's end
+stages: ``ε`` = 22 µs per 1.18 s period without the host's issue cost, 0.59 ms per 3.2 s period
+with it). The step is a max-plus system of the window's end
 times, monotone and shifting with its inputs, so when every window task of ``b`` ends within
 ``ε`` of its ``a`` end plus ``Δ`` each further period adds ``Δ ± ε`` to every task: ``k`` more
 periods are off by at most ``k·ε`` in a step of at least ``k·(Δ - ε)``. A drift
@@ -39,8 +40,10 @@ MAX_TRIES = 8
 #: are not doubled past it
 EXACT_CAP = 4096
 #: largest relative drift ``ε/Δ`` of a steady period extended as ``bounded`` (the step
-#: time's relative error is at most this)
-DRIFT_BOUND = 1e-4
+#: time's relative error is at most this): 0.1%, an order of magnitude below the model's own
+#: validation error; the bound is loose (DeepSeek-V3 on 61 stages drifts by 1.8e-4 and its
+#: extension is within 1e-5 of running all 3,904 micro-batches)
+DRIFT_BOUND = 1e-3
 
 
 class _Sample(Protocol):
