@@ -14,7 +14,8 @@ from conftest import tiny_model, tiny_run
 from codesign.api import simulate_run
 from codesign.cli import main
 from codesign.specs.base import evolve
-from codesign.validation.calibrate import FixedCase, fit_fraction, with_fraction
+from codesign.specs.catalog import load_gpu
+from codesign.validation.calibrate import FixedCase, fit_fraction, sibling_fraction, with_fraction
 from codesign.validation.runner import run_csv, summarize
 from codesign.validation.training_cases import (
     MappedCase,
@@ -143,6 +144,23 @@ def test_calibration_recovers_a_known_sustained_fraction() -> None:
                       Measurement("iteration_time_s", truth.step_time_s))
     assert fit_fraction([FixedCase(case, run)]) == pytest.approx(0.8, abs=0.005)
     assert evolve(run, {"gpu.efficiency.sustained_fraction": 0.8}) == with_fraction(run, 0.8)
+
+
+def test_a_held_out_gpu_without_a_fit_takes_its_siblings_fraction() -> None:
+    """Cross-validation applies the catalog's sibling rule to a GPU the fitting half has no
+    row of, as a published run on that GPU would get it."""
+    fitted = {"a100-80gb": 0.9, "h100-sxm": 0.7}
+    assert sibling_fraction(load_gpu("h100-sxm"), fitted) == 0.7  # its own fit
+    assert sibling_fraction(load_gpu("h800"), fitted) == 0.7  # efficiency_from: h100-sxm
+    assert sibling_fraction(load_gpu("a100-40gb"), fitted) == 0.9  # efficiency_from: a100
+    # B200 (2,250 TFLOP/s BF16) is measured itself: the nearest NVIDIA peak is H100's 989,
+    # not A100's 312
+    assert sibling_fraction(load_gpu("b200"), fitted) == 0.7
+    assert sibling_fraction(load_gpu("b300"), {"b200": 0.8, **fitted}) == 0.8  # its chain
+    # another vendor with nothing of its own fitted: the nearest peak of any vendor
+    # (MI300X 1,307 TFLOP/s: H100)
+    assert sibling_fraction(load_gpu("mi300x"), fitted) == 0.7
+    assert sibling_fraction(load_gpu("b200"), {}) == 1.0  # nothing fitted: uncalibrated
 
 
 @pytest.mark.slow

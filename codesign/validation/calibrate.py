@@ -11,7 +11,11 @@ Procedure (reproducible: ``codesign calibrate PATH.csv``):
    GPUs do not move it, and network parameters stay at their microbenchmark values.
 3. Generalization is measured by splitting the cases by source into two halves: fit on one
    half, report the error on the other, both ways. A GPU with no row in the fitting half
-   keeps its uncalibrated value (1.0).
+   takes the fraction of its closest fitted sibling, as a part nobody measured does in the
+   catalog (:func:`codesign.specs.catalog.derive_efficiency`): up its ``efficiency_from``
+   chain, else the fitted GPU of the same vendor nearest in dense peak (the nearest
+   generation), else the fitted GPU of any vendor nearest in peak (:func:`sibling_fraction`).
+   So a held-out row sees what a published run on a GPU without validation rows sees.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from codesign.api import simulate_run
-from codesign.specs.base import evolve
+from codesign.specs.base import SpecError, evolve
+from codesign.specs.catalog import load_gpu
+from codesign.specs.gpu import GpuSpec
 from codesign.specs.run import TrainingRun
 from codesign.validation.runner import CaseResult, predicted_metric, short_source
 from codesign.validation.training_cases import MappedCase
@@ -101,11 +107,47 @@ def golden_min(f: Callable[[float], float], tol: float = 0.002) -> float:
     return round((lo + hi) / 2, 3)
 
 
+def sibling_fraction(gpu: GpuSpec, fractions: dict[str, float]) -> float:
+    """``gpu``'s fitted fraction, else its closest fitted sibling's (the catalog's sibling
+    rule, module docstring step 3): the first fitted part up its ``efficiency_from`` chain,
+    else the fitted part of the same vendor nearest in dense BF16 peak (log distance), else
+    of any vendor; 1.0 (uncalibrated) when nothing is fitted."""
+    seen: set[str] = set()
+    part: GpuSpec | None = gpu
+    while part is not None and part.name not in seen:
+        if part.name in fractions:
+            return fractions[part.name]
+        seen.add(part.name)
+        part = _catalog_gpu(part.efficiency_from) if part.efficiency_from else None
+    fitted = [g for g in map(_catalog_gpu, sorted(fractions)) if g is not None]
+    if not fitted:
+        return 1.0
+    same = [g for g in fitted if g.vendor == gpu.vendor] or fitted
+
+    def distance(g: GpuSpec) -> float:
+        return abs(math.log(_peak(g) / _peak(gpu)))
+    return fractions[min(same, key=distance).name]
+
+
+def _catalog_gpu(name: str) -> GpuSpec | None:
+    """Catalog GPU ``name`` (``None`` for a part outside the catalog, e.g. a spec file)."""
+    try:
+        return load_gpu(name)
+    except SpecError:
+        return None
+
+
+def _peak(gpu: GpuSpec) -> float:
+    """Dense BF16 (else FP16) peak, TFLOP/s."""
+    return gpu.peak_tflops.get("bf16") or gpu.peak_tflops["fp16"]
+
+
 def evaluate(cases: Sequence[FixedCase], fractions: dict[str, float]) -> list[CaseResult]:
-    """Per-case results with each GPU's fraction applied (1.0 where none was fitted)."""
+    """Per-case results with each GPU's fraction applied (a GPU without its own: its closest
+    fitted sibling's, :func:`sibling_fraction`)."""
     out = []
     for fc in cases:
-        run = with_fraction(fc.run, fractions.get(fc.gpu, 1.0))
+        run = with_fraction(fc.run, sibling_fraction(fc.run.gpu, fractions))
         report = simulate_run(run)
         m = fc.case.measurement
         if not report.feasible:
