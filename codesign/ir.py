@@ -21,8 +21,11 @@ GATHER_STREAM_SUFFIX = "_gather"
 #: ``next`` runs with the next compute op (chunked/pipelined, e.g. TP all-gather + GEMM);
 #: ``prev`` runs with the previous compute op (e.g. GEMM + reduce-scatter);
 #: ``prefetch`` waits for nothing but its stream, the next compute op waits for it;
-#: ``async`` starts after the previous compute op and nothing waits for it.
-Overlap = Literal["none", "next", "prev", "prefetch", "async"]
+#: ``async`` starts after the previous compute op and nothing waits for it;
+#: ``hidden`` starts after the previous compute op and only the pass's last compute op waits
+#: for it: it runs during other micro-batches' computation (MoE all-to-all overlap), so the
+#: pass takes the longer of its computation and its collectives on that stream.
+Overlap = Literal["none", "next", "prev", "prefetch", "async", "hidden"]
 Category = Literal["forward", "backward", "recompute", "optimizer"]
 
 # GROUP_STREAM: codesign.groups

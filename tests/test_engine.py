@@ -67,6 +67,7 @@ def _op(name: str, kind: str = "memory", **kw: object) -> Op:
     ("prev", 4 + 2 + 3),        # starts with the previous op (1), finishes at 4
     ("prefetch", 4 + 2 + 3),    # waits for nothing, next op waits for it
     ("async", 1 + 2 + 3),       # nothing waits (only the makespan sees it)
+    ("hidden", 1 + 4 + 3),      # runs 1..5 beside c2; the pass's last op (c3) waits for it
 ])
 def test_collective_overlap_rules(overlap: str, expected: float) -> None:
     durations = {"c1": 1.0, "c2": 2.0, "c3": 3.0, "ar": 4.0}
@@ -77,6 +78,23 @@ def test_collective_overlap_rules(overlap: str, expected: float) -> None:
     if overlap == "async":  # runs 1..5 beside c2 and c3, finishing before them: no tail
         assert timing.makespan == pytest.approx(6.0)
         assert timing.tail == ()
+
+
+def test_a_hidden_collective_shorter_than_the_computation_costs_nothing() -> None:
+    # MoE all-to-all overlap: dispatch (1 s) after c1 runs 1..2 beside c2, combine (1 s)
+    # after c2 runs 3..4 beside c3; only c4, the pass's last op, waits for them (at 6)
+    durations = {"c1": 1.0, "dispatch": 1.0, "c2": 2.0, "combine": 1.0, "c3": 3.0, "c4": 0.5}
+    ops = [_op("c1"), _op("dispatch", "comm", group="ep", overlap="hidden"), _op("c2"),
+           _op("combine", "comm", group="ep", overlap="hidden"), _op("c3"), _op("c4")]
+    timing = time_chunk(ops, lambda o: durations[o.name], lambda o: durations[o.name])
+    assert timing.compute_time == pytest.approx(6.5) and timing.tail == ()
+    assert dict(timing.breakdown) == pytest.approx({"forward": 6.5})
+    # 4 s all-to-alls: the ep stream runs 1..5 and 5..9, c4 starts at 9: the pass takes its
+    # EP link's time plus the last op, not computation plus collectives (1+4+2+4+3+0.5)
+    durations.update(dispatch=4.0, combine=4.0)
+    timing = time_chunk(ops, lambda o: durations[o.name], lambda o: durations[o.name])
+    assert timing.compute_time == pytest.approx(1 + 4 + 4 + 0.5)
+    assert dict(timing.breakdown) == pytest.approx({"forward": 6.5, "comm:ep": 3.0})
 
 
 def test_back_to_back_blocking_collectives_are_serialized() -> None:

@@ -97,6 +97,11 @@ def test_switch(text: str, value: bool) -> None:
     assert prose.read_switch(text) is value, text
 
 
+@pytest.mark.parametrize(("text", "value"), DATA["ep_overlap"])
+def test_ep_overlap(text: str, value: bool | None) -> None:
+    assert prose.read_ep_overlap(text) is value, text
+
+
 @pytest.mark.parametrize("text", DATA["switch_unstated"])
 def test_switch_unstated(text: str) -> None:
     assert prose.read_switch(text) is None

@@ -148,6 +148,14 @@ class ParallelismSpec(Spec):
                     "(token_dispatcher.py); off by default because it worsens the "
                     "cross-validation (docs/validation.md, MoE section)",
         json_schema_extra={"column": False})
+    ep_comm_overlap: bool = Field(
+        default=False,
+        description="MoE training: the dispatch/combine all-to-alls of one micro-batch run "
+                    "during another micro-batch's computation (Megatron-Core "
+                    "--overlap-moe-expert-parallel-comm, merging one micro-batch's forward "
+                    "with another's backward; DeepSeek-V3's DualPipe): a pass takes the "
+                    "longer of its computation and its EP all-to-alls instead of their sum",
+        json_schema_extra={"column": False})
     placement_order: tuple[Dim, ...] = Field(
         default=DEFAULT_PLACEMENT, description="rank placement, innermost first",
         json_schema_extra={"flag": "--placement", "column": False})

@@ -174,6 +174,36 @@ def read_capacity_factor(text: str) -> float | None:
     return value if value > 0 else None
 
 
+#: (pattern, overlapped); first match wins. The MoE all-to-all overlap across micro-batches as
+#: reports write it: Megatron-Core / Megatron-Bridge (``--overlap-moe-expert-parallel-comm``,
+#: ``moe_a2a_overlap``, "EP A2A overlap", "1F1B A2A overlap"), DeepSeek-V3 (DualPipe,
+#: "all-to-all ... fully overlapped", "computation-communication overlap")
+_A2A = r"\b(?:a2a|all[- ]?to[- ]?all|alltoall|ep|expert[- ]parallel(?:ism)?|moe|dispatch|combine)"
+EP_OVERLAP_PATTERNS: tuple[tuple[str, bool], ...] = (
+    (r"moe_a2a_overlap\s*[=:]\s*(?:false|0|off|no)\b|overlap[-_]moe[-_]expert[-_]parallel"
+     r"[-_]comm\s*[=:]\s*(?:false|0|off|no)\b", False),
+    (rf"(?:no|without|w/o|disabled?)\s+(?:\w+\s+){{0,2}}{_A2A}\s+(?:comm\w*\s+)?overlap"
+     rf"|{_A2A}\s+(?:comm\w*\s+)?overlap\w*\s*(?:[=:]\s*)?(?:off|no|false|disabled)\b"
+     rf"|{_A2A}\s+(?:comm\w*\s+)?(?:is|are)\s+not\s+overlapped", False),
+    (r"moe_a2a_overlap|overlap[-_]moe[-_]expert[-_]parallel[-_]comm|dual[- ]?pipe", True),
+    (rf"{_A2A}\s+(?:comm\w*\s+)?overlap"
+     rf"|overlap\w*\s+(?:of\s+|the\s+)*{_A2A}\b"
+     rf"|{_A2A}\s+(?:comm\w*\s+)?(?:is\s+|are\s+)?(?:fully\s+|completely\s+)?"
+     r"(?:overlapped|hidden)"
+     r"|computation[- ]communication overlap", True),
+)
+
+
+def read_ep_overlap(text: str) -> bool | None:
+    """Whether a row's prose says the MoE all-to-alls overlap other micro-batches' computation
+    (:data:`EP_OVERLAP_PATTERNS`); ``None`` when it says nothing of it."""
+    low = text.lower()
+    for pattern, meaning in EP_OVERLAP_PATTERNS:
+        if re.search(pattern, low):
+            return meaning
+    return None
+
+
 def read_switch(text: str) -> bool | None:
     """yes/no/on/off/true/false/enabled/disabled (possibly followed by details); ``None``
     for an empty or "not stated" cell."""
@@ -410,7 +440,8 @@ def read_nic_gbps(text: str, gpus_per_node: int) -> tuple[float, str] | None:
     return None
 
 
-__all__ = ["NIC_PATTERNS", "RECOMPUTE_LAYERS_PATTERNS", "RECOMPUTE_PATTERNS", "ZERO_PATTERNS",
-           "Number", "nearby_batches", "read_global_batch", "read_interleave", "read_lora",
-           "read_nic_gbps", "read_number", "read_precision", "read_recompute",
-           "read_recompute_layers", "read_seconds", "read_seq_len", "read_switch", "read_zero"]
+__all__ = ["EP_OVERLAP_PATTERNS", "NIC_PATTERNS", "RECOMPUTE_LAYERS_PATTERNS",
+           "RECOMPUTE_PATTERNS", "ZERO_PATTERNS", "Number", "nearby_batches", "read_ep_overlap",
+           "read_global_batch", "read_interleave", "read_lora", "read_nic_gbps", "read_number",
+           "read_precision", "read_recompute", "read_recompute_layers", "read_seconds",
+           "read_seq_len", "read_switch", "read_zero"]

@@ -52,6 +52,7 @@ from codesign.validation.plan_rules import (
 )
 from codesign.validation.prose import (
     read_capacity_factor,
+    read_ep_overlap,
     read_fp8_recipe,
     read_global_batch,
     read_interleave,
@@ -277,6 +278,11 @@ DEFAULT_ZERO = {"megatron-2021": 0, "megatron-core": 1, "llama3": 2, "mosaicml":
                 "torchtitan": 3, "maxtext": 3, "deepspeed": 1}
 
 
+def _prose(row: dict[str, str]) -> str:
+    """The row's free-text cells (notes, other measurements), joined."""
+    return " ".join(row.get(k, "") for k in ("notes", "other_measured"))
+
+
 def _stated(row: dict[str, str], col: str) -> int | None:
     """A whole-number plan cell ("8", "8 (inferred)"), or ``None`` when empty / not stated."""
     cell = row.get(col, "")
@@ -344,8 +350,7 @@ def map_row(row: dict[str, str]) -> MappedCase:
     measurement = measurement_of(row, fw, notes)
     model = model_of(row, fw, notes)
     if model.moe is not None:
-        cf = read_capacity_factor(" ".join(row.get(k, "") for k in ("notes",
-                                                                         "other_measured")))
+        cf = read_capacity_factor(_prose(row))
         if cf is not None:
             model = model.model_copy(update={"moe": model.moe.model_copy(
                 update={"capacity_factor": cf})})
@@ -362,6 +367,10 @@ def map_row(row: dict[str, str]) -> MappedCase:
     if recipe is not None:
         plan["fp8_recipe"] = recipe
         notes.append(f"FP8 scaling recipe: {recipe} (as the precision cell states)")
+    if model.moe is not None and read_ep_overlap(_prose(row)):
+        plan["ep_comm_overlap"] = True
+        notes.append("MoE all-to-alls overlapped with other micro-batches' computation (as "
+                     "the row states: EP A2A overlap / DualPipe)")
     sp = read_switch(row.get("sp", ""))
     zero = _zero_stage(row.get("zero_fsdp", ""), fw, notes)
     lora = lora_rank_of(" ".join(row.get(k, "") for k in ("notes", "model", "source_location")),

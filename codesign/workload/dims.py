@@ -171,6 +171,7 @@ def layer_structure(run: TrainingRun, kind: str) -> LayerStructure:
         dispatch_detail=p.moe_dispatch_detail and moe_layer,
         sort_by_local_expert=(p.moe_dispatch_detail and moe_layer and m.moe is not None
                               and m.moe.num_experts > p.ep),
+        ep_overlap=p.ep_comm_overlap and moe_layer,
         tp_overlap=p.tp_comm_overlap,
         block=block,
     )

@@ -42,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from codesign.ir import Overlap
 from codesign.workload.ops import OpTemplate, comm, gemm, host_sync, memory
 from codesign.workload.symbolic import Expr, Sym, lift, syms
 
@@ -80,6 +81,8 @@ class LayerStructure:
     #: ... and, with more than one local expert, the received tokens re-sorted by local expert
     #: before the grouped GEMM and back after it
     sort_by_local_expert: bool = False
+    #: the dispatch/combine all-to-alls run during other micro-batches' computation
+    ep_overlap: bool = False
     tp_overlap: bool = False
     mla_absorb: bool = False  # inference: MLA attention over the compressed latent KV
     #: ``transformer`` = attention + MLP; hybrid blocks: ``mamba``, ``attention``, ``mlp``
@@ -215,12 +218,19 @@ def moe_block(st: LayerStructure) -> list[OpTemplate]:
             ops.append(comm("tokens_per_expert_gather", "all_gather", None, "ep",
                             E * (E / E_l) * 8))
         ops.append(host_sync("tokens_per_expert_sync", 2 * E * 8))
-    ops.append(comm("dispatch", "all_to_all", "all_to_all", "ep", Td * h * TOKEN_BYTES))
+    # with EP overlap (Megatron-Core --overlap-moe-expert-parallel-comm: one micro-batch's
+    # forward merged with another's backward so each one's all-to-alls run during the other's
+    # computation; DeepSeek-V3's DualPipe, arXiv 2412.19437 Sec. 3.2.1) the all-to-alls leave
+    # the compute stream's path: a pass takes the longer of its computation and its EP link
+    a2a: Overlap = "hidden" if st.ep_overlap else "none"
+    ops.append(comm("dispatch", "all_to_all", "all_to_all", "ep", Td * h * TOKEN_BYTES,
+                    overlap=a2a))
     if st.dispatch_detail:
         # each routed copy's probability (fp32) follows its token in its own all-to-all, and
         # its gradient returns the same way in backward (MoEAlltoAllTokenDispatcher.
         # dispatch_all_to_all: all_to_all(ep_group, permuted_probs, ...)); latency-bound
-        ops.append(comm("dispatch_probs", "all_to_all", "all_to_all", "ep", Td * 4))
+        ops.append(comm("dispatch_probs", "all_to_all", "all_to_all", "ep", Td * 4,
+                        overlap=a2a))
     if st.sort_by_local_expert:
         # "permutation 2": the all-to-all output arrives ordered by source rank, then expert;
         # the grouped GEMM needs each local expert's tokens contiguous, so the received rows
@@ -244,7 +254,8 @@ def moe_block(st: LayerStructure) -> list[OpTemplate]:
         ops.append(comm("expert_tp_out", "reduce_scatter", "all_gather", "tp", Tx * h * e))
     if st.sort_by_local_expert:
         ops.append(memory("unsort_by_expert", 2 * Td * h * e, backward_bytes=1.0))
-    ops += [comm("combine", "all_to_all", "all_to_all", "ep", Td * h * TOKEN_BYTES),
+    ops += [comm("combine", "all_to_all", "all_to_all", "ep", Td * h * TOKEN_BYTES,
+                 overlap=a2a),
             memory("unpermute", 2 * Td * h * e + Tsp * h * e, saved=Td * 4)]
     if st.shared_experts:
         ops += [

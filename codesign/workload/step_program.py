@@ -419,10 +419,14 @@ def wire_pass(ops: Sequence[Op]) -> tuple[tuple[int, ...], ...]:
     waits for it (GEMM + reduce-scatter); ``next`` starts after the previous compute op and
     the compute op after next waits for it (all-gather + GEMM); ``prefetch`` waits for
     nothing and the next compute op waits for it; ``async`` starts after the previous compute
-    op and nothing waits for it; ``none`` (blocking) starts after the previous compute op and
-    the collectives the next compute op would wait for, and the next compute op waits for it.
+    op and nothing waits for it; ``hidden`` starts after the previous compute op and the pass's
+    last compute op waits for it (a collective overlapped with other micro-batches' work:
+    the pass ends when both its computation and that collective stream are done); ``none``
+    (blocking) starts after the previous compute op and the collectives the next compute op
+    would wait for, and the next compute op waits for it.
     """
     out: list[tuple[int, ...]] = []
+    hidden: list[int] = []  # collectives the pass's last compute op waits for
     prev = prev2 = -1  # last and second-to-last compute op
     pending: list[int] = []  # collectives the next compute op waits for
     deferred: list[int] = []  # collectives the compute op after next waits for
@@ -441,11 +445,16 @@ def wire_pass(ops: Sequence[Op]) -> tuple[tuple[int, ...], ...]:
         elif op.overlap == "prefetch":
             out.append(())
             pending.append(i)
-        elif op.overlap == "async":
+        elif op.overlap in ("async", "hidden"):
             out.append((prev,) if prev >= 0 else ())
+            if op.overlap == "hidden":
+                hidden.append(i)
         else:
             out.append(((prev,) if prev >= 0 else ()) + tuple(pending))
             pending.append(i)
+    waited = [i for i in hidden if i < prev]  # one after the last compute op is a tail
+    if waited:
+        out[prev] = (*out[prev], *waited)
     return tuple(out)
 
 
