@@ -87,7 +87,7 @@ def build_models(run: TrainingRun) -> tuple[TrainingGraph, ComputeModel, Network
     tables = compute.tables.collectives if compute.tables is not None else None
     try:
         network = NetworkModel.from_parallelism(run.topology, run.parallel, dp=run.dp,
-                                                measured=tables)
+                                                measured=tables, moe=run.model.moe)
     except ValueError as exc:
         raise InfeasiblePlan(str(exc)) from None
     return graph, compute, network

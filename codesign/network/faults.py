@@ -114,7 +114,8 @@ class ScaledCosts:
                     "scale_out": topo.scale_out.model_copy(
                         update={"nic_bandwidth_Gbps": topo.scale_out.nic_bandwidth_Gbps
                                 * f_out})})
-            model = NetworkModel(scaled, self.network.layout, algorithm)
+            model = NetworkModel(scaled, self.network.layout, algorithm,
+                                 routing=self.network.routing)
             self._models[key] = model
         return model
 

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 from codesign.network import algorithms as registry
 from codesign.network import mesh_mapping, torus
 from codesign.network.algorithms.base import CollectiveAlgorithm
-from codesign.network.algorithms.direct import all_to_all, p2p
+from codesign.network.algorithms.direct import all_to_all, forwarded_all_to_all, p2p
 from codesign.network.algorithms.hierarchical import HIERARCHICAL_PHASES, hierarchical
 from codesign.network.placement import (
     GroupPlacement,
@@ -61,12 +61,14 @@ from codesign.network.placement import (
     place_group,
 )
 from codesign.network.taper import slowdown
+from codesign.network.token_routing import TokenRouting
 from codesign.specs.parallel import COLLECTIVE_ALGORITHMS
 from codesign.specs.topology import FullFlatTopology, ScaleUpSpec, TwoTierTopology
 from codesign.units import GB, MB, gbps_to_bytes_per_s, us_to_s
 
 if TYPE_CHECKING:
     from codesign.measured import CollectiveTable
+    from codesign.specs.model import MoESpec
     from codesign.specs.parallel import ParallelismSpec
 
 COLLECTIVE_KINDS: tuple[str, ...] = (
@@ -167,6 +169,7 @@ class NetworkModel:
         algorithm: str = "auto",
         *,
         measured: CollectiveTable | None = None,
+        routing: TokenRouting | None = None,
     ) -> None:
         if algorithm not in ALGORITHMS:
             raise ValueError(
@@ -178,6 +181,9 @@ class NetworkModel:
         self._requested = registry.algorithm(algorithm)
         self._choices: dict[tuple[str, Tier], tuple[CollectiveAlgorithm, ...]] = {}
         self.measured = measured
+        #: MoE token copies sent once per destination domain (DeepEP); ``None``: NCCL's
+        #: all-to-all, one send per copy
+        self.routing = routing
         self._placements: dict[str, GroupPlacement] = {}
         #: expert groups folded over TP×CP×DP (:meth:`from_parallelism`); consumers that walk
         #: the layout's dims (per-rank engine, Chakra export) refuse such a model
@@ -213,8 +219,11 @@ class NetworkModel:
         dp: int | None = None,
         *,
         measured: CollectiveTable | None = None,
+        moe: MoESpec | None = None,
     ) -> NetworkModel:
-        """Model for a :class:`ParallelismSpec`; ``dp`` overrides / supplies ``parallelism.dp``."""
+        """Model for a :class:`ParallelismSpec`; ``dp`` overrides / supplies ``parallelism.dp``;
+        ``moe``: the model's routing, for the plan's ``moe_dispatcher`` (``deepep``: EP
+        all-to-alls forwarded per domain, :mod:`codesign.network.token_routing`)."""
         dp = dp if dp is not None else parallelism.dp
         if dp is None:
             raise ValueError("data-parallel size unknown: pass dp= or set parallelism.dp")
@@ -222,7 +231,10 @@ class NetworkModel:
         fold = p.ep > 1 and dp % p.ep != 0  # MoE parallel folding: EP over TP×CP×DP
         layout = layout_for(tp=p.tp, cp=p.cp, ep=1 if fold else p.ep, dp=dp, pp=p.pp,
                             order=tuple(p.placement_order))
-        model = cls(topology, layout, p.collective_algorithm, measured=measured)
+        routing = (TokenRouting.of(moe) if moe is not None and p.moe_dispatcher == "deepep"
+                   else None)
+        model = cls(topology, layout, p.collective_algorithm, measured=measured,
+                    routing=routing)
         if fold:
             if tuple(p.placement_order)[:3] not in (("tp", "cp", "ep"), ("tp", "ep", "cp")):
                 raise ValueError("MoE parallel folding (ep not dividing dp) needs the default "
@@ -339,6 +351,11 @@ class NetworkModel:
 
         out = self._scale_out(group, p, kind)
         k = p.ranks_per_domain
+        if kind == "all_to_all" and group == "ep" and self.routing is not None:
+            share = self.routing.network_share(p.num_domains)
+            t = forwarded_all_to_all(size, n, k, up.bw(size), up.alpha, out.bw(size),
+                                     out.alpha, share)
+            return CommCost(t, "direct", "mixed" if k > 1 else "scale_out")
         if kind == "all_to_all":
             t = all_to_all(size, n, k, up.bw(size), up.alpha, out.bw(size), out.alpha)
             return CommCost(t, "direct", "mixed" if k > 1 else "scale_out")

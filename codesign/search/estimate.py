@@ -186,7 +186,7 @@ class Estimator:
             par = self.base.parallel.model_copy(update={"tp": tp, "cp": cp, "ep": ep,
                                                         "pp": pp})
             net = NetworkModel.from_parallelism(self.base.topology, par, dp=dp,
-                                                measured=self.measured)
+                                                measured=self.measured, moe=self.base.model.moe)
             self._nets[key] = net
         return net
 

@@ -193,6 +193,10 @@ def _deepseek(r: _Reader, config: dict[str, Any]) -> dict[str, Any]:
             "first_dense_layers": first_moe,
             "layer_frequency": freq,
         }
+        # group-limited routing (DeepSeek-V2/V3: n_group, topk_group); one group = none
+        groups, per_token = r.opt("n_group"), r.opt("topk_group")
+        if groups and per_token and groups > 1 and per_token < groups:
+            out["moe"].update(router_num_groups=groups, router_group_topk=per_token)
     return out
 
 

@@ -43,6 +43,16 @@ class MoESpec(Spec):
                     "padded to it (Switch Transformer, Fedus et al. 2022, Sec. 2.1; GShard; "
                     "Megatron-Core --moe-expert-capacity-factor with "
                     "--moe-pad-expert-input-to-capacity); None = dropless")
+    router_num_groups: int | None = Field(
+        default=None, ge=1,
+        description="group-limited (device/node-limited) routing: the experts split into this "
+                    "many groups of consecutive experts, and a token's experts are chosen from "
+                    "router_group_topk of them (DeepSeek-V3: 8 groups, 4 per token, so a token "
+                    "reaches at most 4 nodes; HF n_group / topk_group, Megatron-Core "
+                    "--moe-router-num-groups / --moe-router-group-topk); None = any expert")
+    router_group_topk: int | None = Field(
+        default=None, ge=1, description="groups a token's experts are chosen from (with "
+                                        "router_num_groups)")
     load_imbalance: float = Field(
         default=1.0, ge=1,
         description="tokens routed to the busiest expert rank / its balanced share, in a "
@@ -60,6 +70,18 @@ class MoESpec(Spec):
     def _check(self) -> MoESpec:
         if self.top_k > self.num_experts:
             raise ValueError(f"top_k ({self.top_k}) > num_experts ({self.num_experts})")
+        g, m = self.router_num_groups, self.router_group_topk
+        if (g is None) != (m is None):
+            raise ValueError("router_num_groups and router_group_topk go together")
+        if g is not None and m is not None:
+            if self.num_experts % g:
+                raise ValueError(f"router_num_groups ({g}) must divide num_experts "
+                                 f"({self.num_experts})")
+            if m > g:
+                raise ValueError(f"router_group_topk ({m}) > router_num_groups ({g})")
+            if self.top_k > m * (self.num_experts // g):
+                raise ValueError(f"top_k ({self.top_k}) > the experts of router_group_topk "
+                                 f"({m}) groups")
         return self
 
 

@@ -156,6 +156,15 @@ class ParallelismSpec(Spec):
                     "with another's backward; DeepSeek-V3's DualPipe): a pass takes the "
                     "longer of its computation and its EP all-to-alls instead of their sum",
         json_schema_extra={"column": False})
+    moe_dispatcher: Literal["alltoall", "deepep"] = Field(
+        default="alltoall",
+        description="MoE training token dispatcher: alltoall = NCCL all-to-all, one send per "
+                    "routed copy (Megatron-Core --moe-token-dispatcher-type alltoall); deepep = "
+                    "a token sent once to each remote scale-up domain holding one of its "
+                    "experts and forwarded there over the scale-up links (DeepEP normal "
+                    "kernels, Megatron-Core flex dispatcher with DeepEP or HybridEP; DeepSeek-V3 "
+                    "report Sec. 3.2.2)",
+        json_schema_extra={"column": False})
     placement_order: tuple[Dim, ...] = Field(
         default=DEFAULT_PLACEMENT, description="rank placement, innermost first",
         json_schema_extra={"flag": "--placement", "column": False})

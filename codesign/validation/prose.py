@@ -204,6 +204,31 @@ def read_ep_overlap(text: str) -> bool | None:
     return None
 
 
+#: (pattern, dispatcher); first match wins. MoE token dispatchers as reports name them:
+#: DeepEP / HybridEP and Megatron-Core's flex dispatcher forward a token once per destination
+#: node (``deepep``); DeepSeek-V3 describes the same kernels as IB-then-NVLink forwarding
+#: under node-limited routing; NCCL's all-to-all dispatcher sends every copy (``alltoall``)
+DISPATCHER_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"(?:no|without|w/o)\s+(?:deep[-_ ]?ep|hybrid[-_ ]?ep)"
+     r"|deep[-_ ]?ep\s*[=:]\s*(?:false|off|no)\b"
+     r"|(?:token[-_ ]dispatcher(?:[-_ ]type)?|dispatcher)\s*[=:]?\s*['\"]?all[-_ ]?to[-_ ]?all"
+     r"|all[-_ ]?to[-_ ]?all\s+(?:token\s+)?dispatcher", "alltoall"),
+    (r"deep[-_ ]?ep|hybrid[-_ ]?ep|flex(?:ible)?[-_ ](?:token[-_ ])?dispatcher"
+     r"|moe_flex_dispatcher|dispatcher(?:[-_ ]type)?\s*[=:]?\s*['\"]?flex"
+     r"|nvlink[- ]forward|node[- ]limited routing", "deepep"),
+)
+
+
+def read_dispatcher(text: str) -> str | None:
+    """The MoE token dispatcher a row's prose names (:data:`DISPATCHER_PATTERNS`):
+    ``deepep``, ``alltoall``, or ``None`` when it names none."""
+    low = text.lower()
+    for pattern, meaning in DISPATCHER_PATTERNS:
+        if re.search(pattern, low):
+            return meaning
+    return None
+
+
 def read_switch(text: str) -> bool | None:
     """yes/no/on/off/true/false/enabled/disabled (possibly followed by details); ``None``
     for an empty or "not stated" cell."""
@@ -440,8 +465,9 @@ def read_nic_gbps(text: str, gpus_per_node: int) -> tuple[float, str] | None:
     return None
 
 
-__all__ = ["EP_OVERLAP_PATTERNS", "NIC_PATTERNS", "RECOMPUTE_LAYERS_PATTERNS",
-           "RECOMPUTE_PATTERNS", "ZERO_PATTERNS", "Number", "nearby_batches", "read_ep_overlap",
-           "read_global_batch", "read_interleave", "read_lora", "read_nic_gbps", "read_number",
-           "read_precision", "read_recompute", "read_recompute_layers", "read_seconds",
-           "read_seq_len", "read_switch", "read_zero"]
+__all__ = ["DISPATCHER_PATTERNS", "EP_OVERLAP_PATTERNS", "NIC_PATTERNS",
+           "RECOMPUTE_LAYERS_PATTERNS", "RECOMPUTE_PATTERNS", "ZERO_PATTERNS", "Number",
+           "nearby_batches", "read_dispatcher", "read_ep_overlap", "read_global_batch",
+           "read_interleave", "read_lora", "read_nic_gbps", "read_number", "read_precision",
+           "read_recompute", "read_recompute_layers", "read_seconds", "read_seq_len",
+           "read_switch", "read_zero"]

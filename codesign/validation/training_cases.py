@@ -52,6 +52,7 @@ from codesign.validation.plan_rules import (
 )
 from codesign.validation.prose import (
     read_capacity_factor,
+    read_dispatcher,
     read_ep_overlap,
     read_fp8_recipe,
     read_global_batch,
@@ -367,6 +368,11 @@ def map_row(row: dict[str, str]) -> MappedCase:
     if recipe is not None:
         plan["fp8_recipe"] = recipe
         notes.append(f"FP8 scaling recipe: {recipe} (as the precision cell states)")
+    dispatcher = read_dispatcher(_prose(row)) if model.moe is not None else None
+    if dispatcher == "deepep":
+        plan["moe_dispatcher"] = dispatcher
+        notes.append("MoE dispatcher: tokens sent once per destination node and forwarded "
+                     "over NVLink (DeepEP / HybridEP, as the row states)")
     if model.moe is not None and read_ep_overlap(_prose(row)):
         plan["ep_comm_overlap"] = True
         notes.append("MoE all-to-alls overlapped with other micro-batches' computation (as "

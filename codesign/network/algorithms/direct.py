@@ -41,6 +41,33 @@ def all_to_all(
     return max(t_up, t_out) + (alpha_up if k > 1 else 0.0) + (alpha_out if n > k else 0.0)
 
 
+def forwarded_all_to_all(
+    size: float,
+    n: int,
+    per_domain: int,
+    bw_up: float,
+    alpha_up: float,
+    bw_out: float,
+    alpha_out: float,
+    network_share: float,
+) -> float:
+    """All-to-all of MoE token copies sent once per destination domain and forwarded inside it
+    (DeepEP normal kernels; :mod:`codesign.network.token_routing`): ``network_share`` of the
+    ``(n-k)/n · S`` a direct all-to-all sends across domains crosses the network, and every
+    copy bound for another rank crosses the scale-up links once, ``(k-1)/k · S`` (the local
+    ones directly, the remote ones forwarded from the rank that received them):
+    ``max((k-1)/k · S/bw_up, share · (n-k)/n · S/bw_out) + α_up + α_out``, the two hops
+    pipelined."""
+    if trivial(size, n):
+        return 0.0
+    k = max(1, min(per_domain, n))
+    if k >= n:
+        return all_to_all(size, n, k, bw_up, alpha_up, bw_out, alpha_out)
+    t_up = (k - 1) / k * size / bw_up if k > 1 else 0.0
+    t_out = network_share * (n - k) / n * size / bw_out
+    return max(t_up, t_out) + (alpha_up if k > 1 else 0.0) + alpha_out
+
+
 @register
 class Direct(CollectiveAlgorithm):
     """p2p (a flow from the first member to the second) and all-to-all (every ordered pair:
