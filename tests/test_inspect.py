@@ -298,6 +298,18 @@ def test_a_change_outside_the_holes_is_decoded_on_its_own(codesign_export: Path,
     assert after.to_dict() == reference.summarize(tmp_path / "t").to_dict()
 
 
+def _record_ends(data: bytes) -> set[int]:
+    """Offsets where a length-delimited record of ``data`` ends."""
+    from google.protobuf.internal.decoder import _DecodeVarint32
+
+    pos, ends = 0, set()
+    while pos < len(data):
+        size, pos = _DecodeVarint32(data, pos)
+        pos += size
+        ends.add(pos)
+    return ends
+
+
 def _decode(data: bytes) -> tuple[Any, list[Any]]:
     from google.protobuf.internal.decoder import _DecodeVarint32
 
@@ -319,7 +331,11 @@ def test_truncated_and_corrupt_files_are_one_line_errors(codesign_export: Path, 
     data = Path(f"{codesign_export}.0.et").read_bytes()
     for r in range(2):
         (tmp_path / f"t.{r}.et").write_bytes(data)
-    (tmp_path / "t.1.et").write_bytes(data[:len(data) // 2])
+    # cut inside a record (half way may fall on a record boundary: a shorter valid file)
+    cut = len(data) // 2
+    while cut in _record_ends(data):
+        cut -= 1
+    (tmp_path / "t.1.et").write_bytes(data[:cut])
     with pytest.raises(SpecError, match=r"t\.1\.et is not a Chakra ET file"):
         summarize(tmp_path / "t")
     # the same length as rank 0's file, garbage where rank 0's has a record length
