@@ -10,7 +10,7 @@ from math import comb
 import pytest
 
 from codesign.api import build_models, build_run, simulate_run
-from codesign.network.algorithms.direct import all_to_all, forwarded_all_to_all
+from codesign.network.algorithms.direct import all_to_all
 from codesign.network.token_routing import TokenRouting
 from codesign.validation.training_cases import map_row
 
@@ -63,13 +63,13 @@ def test_forwarded_all_to_all_by_hand() -> None:
     s, n, k, up, out = 800e6, 64, 8, 400e9, 50e9
     direct = all_to_all(s, n, k, up, 1e-6, out, 4e-6)
     assert direct == pytest.approx(56 / 64 * s / out + 5e-6)  # NIC-bound: 14 ms
-    fwd = forwarded_all_to_all(s, n, k, up, 1e-6, out, 4e-6, 0.5)
+    fwd = all_to_all(s, n, k, up, 1e-6, out, 4e-6, 0.5)
     assert fwd == pytest.approx(0.5 * 56 / 64 * s / out + 5e-6)  # half the copies: 7 ms
     # the scale-up links carry every copy bound for another rank: 7/8 · S at 400 GB/s
-    assert forwarded_all_to_all(s, n, k, up, 1e-6, out, 4e-6, 0.01) == pytest.approx(
+    assert all_to_all(s, n, k, up, 1e-6, out, 4e-6, 0.01) == pytest.approx(
         7 / 8 * s / up + 5e-6)
     # inside one domain nothing is forwarded: the direct all-to-all
-    assert forwarded_all_to_all(s, 8, 8, up, 1e-6, out, 4e-6, 0.5) == all_to_all(
+    assert all_to_all(s, 8, 8, up, 1e-6, out, 4e-6, 0.5) == all_to_all(
         s, 8, 8, up, 1e-6, out, 4e-6)
 
 

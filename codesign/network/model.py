@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 from codesign.network import algorithms as registry
 from codesign.network import mesh_mapping, torus
 from codesign.network.algorithms.base import CollectiveAlgorithm
-from codesign.network.algorithms.direct import all_to_all, forwarded_all_to_all, p2p
+from codesign.network.algorithms.direct import all_to_all, p2p
 from codesign.network.algorithms.hierarchical import HIERARCHICAL_PHASES, hierarchical
 from codesign.network.placement import (
     GroupPlacement,
@@ -351,13 +351,10 @@ class NetworkModel:
 
         out = self._scale_out(group, p, kind)
         k = p.ranks_per_domain
-        if kind == "all_to_all" and group == "ep" and self.routing is not None:
-            share = self.routing.network_share(p.num_domains)
-            t = forwarded_all_to_all(size, n, k, up.bw(size), up.alpha, out.bw(size),
-                                     out.alpha, share)
-            return CommCost(t, "direct", "mixed" if k > 1 else "scale_out")
         if kind == "all_to_all":
-            t = all_to_all(size, n, k, up.bw(size), up.alpha, out.bw(size), out.alpha)
+            share = (self.routing.network_share(p.num_domains)
+                     if group == "ep" and self.routing is not None else None)
+            t = all_to_all(size, n, k, up.bw(size), up.alpha, out.bw(size), out.alpha, share)
             return CommCost(t, "direct", "mixed" if k > 1 else "scale_out")
 
         flat = self._best_flat(kind, n, size, out)

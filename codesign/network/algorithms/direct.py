@@ -25,6 +25,7 @@ def all_to_all(
     alpha_up: float,
     bw_out: float,
     alpha_out: float,
+    network_share: float | None = None,
 ) -> float:
     """Direct (pairwise) all-to-all over ``n`` ranks, ``k = per_domain`` of them per domain.
 
@@ -32,40 +33,24 @@ def all_to_all(
     inter-domain shares move on different links at the same time, and all sends are issued
     concurrently, so each tier used adds a single α. With ``k = n`` (one domain) this is
     ``(n-1)/n · S/bw_up + α_up``.
+
+    With ``network_share`` (MoE token copies sent once per destination domain and forwarded
+    inside it: DeepEP normal kernels, :mod:`codesign.network.token_routing`) that share of the
+    ``(n-k)/n · S`` crosses the network, and every copy bound for another rank crosses the
+    scale-up links once, ``(k-1)/k · S`` (the local ones directly, the remote ones forwarded
+    from the rank that received them): ``max((k-1)/k · S/bw_up, share · (n-k)/n · S/bw_out)
+    + α_up + α_out``, the two hops pipelined. Inside one domain it is the direct all-to-all.
     """
     if trivial(size, n):
         return 0.0
     k = max(1, min(per_domain, n))
+    if network_share is not None and n > k:  # forwarded per destination domain
+        t_up = (k - 1) / k * size / bw_up if k > 1 else 0.0
+        t_out = network_share * (n - k) / n * size / bw_out
+        return max(t_up, t_out) + (alpha_up if k > 1 else 0.0) + alpha_out
     t_up = (k - 1) / n * size / bw_up if k > 1 else 0.0
     t_out = (n - k) / n * size / bw_out if n > k else 0.0
     return max(t_up, t_out) + (alpha_up if k > 1 else 0.0) + (alpha_out if n > k else 0.0)
-
-
-def forwarded_all_to_all(
-    size: float,
-    n: int,
-    per_domain: int,
-    bw_up: float,
-    alpha_up: float,
-    bw_out: float,
-    alpha_out: float,
-    network_share: float,
-) -> float:
-    """All-to-all of MoE token copies sent once per destination domain and forwarded inside it
-    (DeepEP normal kernels; :mod:`codesign.network.token_routing`): ``network_share`` of the
-    ``(n-k)/n · S`` a direct all-to-all sends across domains crosses the network, and every
-    copy bound for another rank crosses the scale-up links once, ``(k-1)/k · S`` (the local
-    ones directly, the remote ones forwarded from the rank that received them):
-    ``max((k-1)/k · S/bw_up, share · (n-k)/n · S/bw_out) + α_up + α_out``, the two hops
-    pipelined."""
-    if trivial(size, n):
-        return 0.0
-    k = max(1, min(per_domain, n))
-    if k >= n:
-        return all_to_all(size, n, k, bw_up, alpha_up, bw_out, alpha_out)
-    t_up = (k - 1) / k * size / bw_up if k > 1 else 0.0
-    t_out = network_share * (n - k) / n * size / bw_out
-    return max(t_up, t_out) + (alpha_up if k > 1 else 0.0) + alpha_out
 
 
 @register
