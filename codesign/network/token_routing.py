@@ -48,8 +48,10 @@ class TokenRouting:
         """Expected number of the ``domains`` (D) an EP group spans that hold at least one of
         a token's copies (module docstring); at most ``min(D, k)``."""
         e, k, d = self.experts, self.top_k, max(1, domains)
-        if d == 1 or e % d:
-            return 1.0 if d == 1 else float(min(d, k))
+        if d == 1:
+            return 1.0
+        if e % d:  # experts not spread evenly over the domains: the most it can be
+            return float(min(d, k))
         g, m = self.groups, self.group_topk
         if g and m and g % d == 0:  # groups nest in domains: domains holding a chosen group
             return d * (1 - comb(g - g // d, m) / comb(g, m))
