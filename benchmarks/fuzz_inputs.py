@@ -197,9 +197,16 @@ def corpus(tmp: Path, seed: int = 0) -> list[Case]:
         cases.append(Case("chakra", f"et {raw[:6]!r}", ["inspect", path]))
     cases.append(Case("chakra", "missing prefix", ["inspect", str(tmp / "nothing")]))
     # output paths
-    for bad in ("/proc/x/y", "/proc/version", str(tmp), "/dev/null/x", ""):
+    # an existing directory as the prefix: one inside ``tmp``, so the files written beside
+    # it are removed with ``tmp``
+    (tmp / "outdir").mkdir(exist_ok=True)
+    for bad in ("/proc/x/y", "/proc/version", str(tmp / "outdir"), "/dev/null/x", ""):
         cases.append(Case("output-path", f"--trace {bad}", ["simulate", "--trace", bad]))
-        cases.append(Case("output-path", f"--out {bad}", ["export", "chakra", "--out", bad]))
+        # a small export (8 ranks): the case checks the path's handling, not how fast the
+        # disk takes the default run's 1,024 rank files (2.6 GB, ~7 s of writes here)
+        cases.append(Case("output-path", f"--out {bad}", ["export", "chakra", "--model",
+                                                          "llama3-8b", "--gpus", "8", "--out",
+                                                          bad]))
     # the Python API
     from codesign.api import simulate
 
