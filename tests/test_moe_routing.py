@@ -62,6 +62,14 @@ def test_rows_state_capacity_factors_in_prose() -> None:
     assert read_capacity_factor("expert capacity factor of 1.5 (train)") == 1.5
     assert read_capacity_factor("MoE: token distribution force-balanced, dropless") is None
     assert read_capacity_factor("") is None
+    # token dropping named without a factor: Megatron-Core's token-drop recipes (CF 1.0)
+    for text in ("MoE: token distribution force-balanced, tokendrop", "Qwen3_30B_a3B (tokendrop)",
+                 "token dropping (capacity-based)", "drop tokens beyond capacity", "token-drop"):
+        assert read_capacity_factor(text) == 1.0, text
+    assert read_capacity_factor("tokendrop, CF=2") == 2.0  # a stated factor wins
+    for text in ("token-dropless", "no token drop", "without token dropping",
+                 "no token dropping"):
+        assert read_capacity_factor(text) is None, text
 
 
 def test_a_load_imbalance_below_one_is_refused() -> None:
@@ -71,3 +79,20 @@ def test_a_load_imbalance_below_one_is_refused() -> None:
 
     with pytest.raises(ValidationError, match="load_imbalance"):
         MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=1024, load_imbalance=0.9)
+
+
+def test_a_tokendrop_row_runs_with_buffers_padded_to_capacity() -> None:
+    from codesign.validation.training_cases import map_row
+
+    row = {"case_id": "C1", "source": "test", "model": "Qwen3-30B-A3B", "gpu_type": "H100",
+           "num_gpus": "16", "tp": "1", "pp": "2", "ep": "8", "global_batch_size": "512",
+           "micro_batch_size": "2", "tokens_per_s_per_gpu": "10000",
+           "notes": "MoE: token distribution force-balanced, tokendrop"}
+    case = map_row(row)
+    runs = [r for g in case.candidates for r in g]
+    assert runs and all(r.model.moe is not None and r.model.moe.capacity_factor == 1.0
+                        for r in runs)
+    assert any("token dropping without a factor" in n for n in case.assumptions)
+    dropless = map_row({**row, "notes": "MoE: token distribution force-balanced, dropless"})
+    assert all(r.model.moe is not None and r.model.moe.capacity_factor is None
+               for g in dropless.candidates for r in g)

@@ -163,12 +163,27 @@ _YES = r"yes|y|true|on|enabled?|used|1"
 _NO = r"no|n|false|off|disabled?|none|not used|0"
 
 
+#: token dropping named without a capacity factor ("tokendrop", "token dropping", "drop
+#: tokens"), never "dropless"
+_TOKEN_DROP = re.compile(r"token[-_ ]?drop(?!less)|drop(?:ping|ped)?\s+(?:the\s+)?(?:excess\s+)?"
+                         r"tokens|capacity[-_ ]based (?:routing|dispatch)")
+#: the capacity factor such a row is read with: Megatron-Core's token-drop runs
+#: (Megatron-Bridge / NeMo performance recipes: ``moe_expert_capacity_factor=1.0`` with
+#: ``moe_pad_expert_input_to_capacity=True``)
+DEFAULT_DROP_CAPACITY = 1.0
+
+
 def read_capacity_factor(text: str) -> float | None:
     """An MoE expert capacity factor a row states ("capacity factor 1.25", "CF=2",
-    "capacity_factor: 1.0"); ``None`` when it states none or says dropless."""
+    "capacity_factor: 1.0"), :data:`DEFAULT_DROP_CAPACITY` when it says tokens are dropped
+    without a factor ("tokendrop"); ``None`` when it states none or says dropless."""
     low = text.lower()
     m = re.search(r"(?:capacity[ _-]?factor|\bcf)\s*(?:of|=|:)?\s*([0-9]*\.?[0-9]+)", low)
-    if m is None or (re.search(r"dropless|no token drop", low) and "capacity" not in low):
+    if m is None:
+        said = _TOKEN_DROP.search(low) and not re.search(
+            r"(?:no|without|w/o|zero|never)\s+(?:\w+\s+)?(?:token[-_ ]?drop|drop)", low)
+        return DEFAULT_DROP_CAPACITY if said else None
+    if re.search(r"dropless|no token drop", low) and "capacity" not in low:
         return None
     value = float(m.group(1))
     return value if value > 0 else None

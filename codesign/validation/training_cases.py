@@ -355,8 +355,11 @@ def map_row(row: dict[str, str]) -> MappedCase:
         if cf is not None:
             model = model.model_copy(update={"moe": model.moe.model_copy(
                 update={"capacity_factor": cf})})
+            stated = re.search(r"capacity[ _-]?factor|\bcf\b", _prose(row).lower())
             notes.append(f"MoE capacity factor {cf:g} as the row states (buffers padded to "
-                         "capacity)")
+                         "capacity)" if stated else
+                         f"MoE token dropping without a factor: capacity factor {cf:g}, "
+                         "buffers padded to it (Megatron-Core's token-drop recipes)")
     gpu, topo = gpu_and_topology_of(row, notes)
     tp, pp = plan_default(fw, "tp", _stated(row, "tp"), notes), \
         plan_default(fw, "pp", _stated(row, "pp"), notes)
