@@ -334,7 +334,8 @@ def test_serving_study_validates_and_states_its_question(name: str) -> None:
     assert spec.name == name and spec.kind == "serving" and spec.title
     assert len(spec.question.split()) >= 12
     assert isinstance(spec.base.serving, str) and spec.base.serving.startswith("serving/")
-    # one to three figures per study (docs/experiments.md's sections), and a smoke size
+    # one to three figures per study, as each section of docs/experiments.md shows: none
+    # would answer nothing, more than three is two questions in one study; and a smoke size
     assert 1 <= len(spec.plots) <= 3 and spec.smoke is not None
     assert spec.smoke_spec().num_points <= min(spec.num_points, 8)
     for plot in spec.plots:

@@ -22,6 +22,9 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
 
 #: qualifiers around a number: (pattern, note); the number itself is read as written
 _QUALIFIERS: tuple[tuple[str, str], ...] = (
@@ -173,12 +176,21 @@ _TOKEN_DROP = re.compile(r"token[-_ ]?drop(?!less)|drop(?:ping|ped)?\s+(?:the\s+
 DEFAULT_DROP_CAPACITY = 1.0
 
 
+#: a stated capacity factor; group 1 is its value
+_CAPACITY_FACTOR = re.compile(r"(?:capacity[ _-]?factor|\bcf)\s*(?:of|=|:)?\s*([0-9]*\.?[0-9]+)")
+
+
+def states_capacity_factor(text: str) -> bool:
+    """Whether ``text`` gives a capacity factor's value (not only says tokens are dropped)."""
+    return _CAPACITY_FACTOR.search(text.lower()) is not None
+
+
 def read_capacity_factor(text: str) -> float | None:
     """An MoE expert capacity factor a row states ("capacity factor 1.25", "CF=2",
     "capacity_factor: 1.0"), :data:`DEFAULT_DROP_CAPACITY` when it says tokens are dropped
     without a factor ("tokendrop"); ``None`` when it states none or says dropless."""
     low = text.lower()
-    m = re.search(r"(?:capacity[ _-]?factor|\bcf)\s*(?:of|=|:)?\s*([0-9]*\.?[0-9]+)", low)
+    m = _CAPACITY_FACTOR.search(low)
     if m is None:
         said = _TOKEN_DROP.search(low) and not re.search(
             r"(?:no|without|w/o|zero|never)\s+(?:\w+\s+)?(?:token[-_ ]?drop|drop)", low)
@@ -209,14 +221,16 @@ EP_OVERLAP_PATTERNS: tuple[tuple[str, bool], ...] = (
 )
 
 
+def _first_match(patterns: tuple[tuple[str, T], ...], text: str) -> T | None:
+    """The meaning of the first of ``(pattern, meaning)`` that ``text`` matches, else
+    ``None`` (the readers' tables: first match wins)."""
+    return next((meaning for pattern, meaning in patterns if re.search(pattern, text)), None)
+
+
 def read_ep_overlap(text: str) -> bool | None:
     """Whether a row's prose says the MoE all-to-alls overlap other micro-batches' computation
     (:data:`EP_OVERLAP_PATTERNS`); ``None`` when it says nothing of it."""
-    low = text.lower()
-    for pattern, meaning in EP_OVERLAP_PATTERNS:
-        if re.search(pattern, low):
-            return meaning
-    return None
+    return _first_match(EP_OVERLAP_PATTERNS, text.lower())
 
 
 #: (pattern, dispatcher); first match wins. MoE token dispatchers as reports name them:
@@ -237,11 +251,7 @@ DISPATCHER_PATTERNS: tuple[tuple[str, str], ...] = (
 def read_dispatcher(text: str) -> str | None:
     """The MoE token dispatcher a row's prose names (:data:`DISPATCHER_PATTERNS`):
     ``deepep``, ``alltoall``, or ``None`` when it names none."""
-    low = text.lower()
-    for pattern, meaning in DISPATCHER_PATTERNS:
-        if re.search(pattern, low):
-            return meaning
-    return None
+    return _first_match(DISPATCHER_PATTERNS, text.lower())
 
 
 def read_switch(text: str) -> bool | None:
@@ -271,10 +281,7 @@ def read_recompute(text: str) -> str | None:
     t = text.strip().lower()
     if not t or "not stated" in t:
         return None
-    for pattern, kind in RECOMPUTE_PATTERNS:
-        if re.search(pattern, t):
-            return kind
-    return None
+    return _first_match(RECOMPUTE_PATTERNS, t)
 
 
 _CKPT = r"(?:recompute|recomputation|recomputing|activation checkpointing|checkpointing|checkpoint)"
@@ -485,4 +492,4 @@ __all__ = ["DISPATCHER_PATTERNS", "EP_OVERLAP_PATTERNS", "NIC_PATTERNS",
            "nearby_batches", "read_dispatcher", "read_ep_overlap", "read_global_batch",
            "read_interleave", "read_lora", "read_nic_gbps", "read_number", "read_precision",
            "read_recompute", "read_recompute_layers", "read_seconds", "read_seq_len",
-           "read_switch", "read_zero"]
+           "read_switch", "read_zero", "states_capacity_factor"]

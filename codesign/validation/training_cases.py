@@ -66,6 +66,7 @@ from codesign.validation.prose import (
     read_seq_len,
     read_switch,
     read_zero,
+    states_capacity_factor,
 )
 from codesign.validation.recompute import apply_choice, recompute_choices
 from codesign.workload.dims import plan_problems
@@ -355,7 +356,7 @@ def map_row(row: dict[str, str]) -> MappedCase:
         if cf is not None:
             model = model.model_copy(update={"moe": model.moe.model_copy(
                 update={"capacity_factor": cf})})
-            stated = re.search(r"capacity[ _-]?factor|\bcf\b", _prose(row).lower())
+            stated = states_capacity_factor(_prose(row))
             notes.append(f"MoE capacity factor {cf:g} as the row states (buffers padded to "
                          "capacity)" if stated else
                          f"MoE token dropping without a factor: capacity factor {cf:g}, "

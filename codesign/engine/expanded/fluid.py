@@ -220,11 +220,9 @@ def fluid_pass(ops: Sequence[Op], compute: ComputeModel, faults: LinkFactors
                      lambda op: faults.cost(op.comm or "none", op.group or "dp", op.size, 0),
                      compute.host_time)
     op_of = {t.id: dict(t.meta)["op"] for t in tasks}
-    comms = [t for t in tasks if t.stream not in ("compute", HOST)]
-    flows = {t.id: _rank_flow(faults.profile(ops[op_of[t.id]].comm or "none",
-                                             ops[op_of[t.id]].group or "dp",
-                                             ops[op_of[t.id]].size, 0))
-             for t in comms}
+    comms = [(t.id, ops[op_of[t.id]]) for t in tasks if t.stream not in ("compute", HOST)]
+    flows = {tid: _rank_flow(faults.profile(op.comm or "none", op.group or "dp", op.size, 0))
+             for tid, op in comms}
     tl = execute_fluid(tasks, flows)
     compute_end = max((tl.end[t.id] for t in tasks if t.stream == "compute"), default=0.0)
     parts = attribute(tl, "compute", compute_end)
