@@ -83,7 +83,7 @@ def build_models(run: TrainingRun) -> tuple[TrainingGraph, ComputeModel, Network
     Raises :class:`InfeasiblePlan` (with every reason found) for a plan that cannot be built.
     """
     graph = build_training_graph(run)
-    compute = ComputeModel.from_gpu(run.gpu)
+    compute = ComputeModel.from_gpu(run.gpu, attention_kernel=run.parallel.attention_kernel)
     tables = compute.tables.collectives if compute.tables is not None else None
     try:
         network = NetworkModel.from_parallelism(run.topology, run.parallel, dp=run.dp,
@@ -211,7 +211,8 @@ def simulate_expanded(run: TrainingRun, *, stragglers: Sequence[tuple[int, float
         too_small = mixed_gpu_out_of_memory(rep, gpu2)
         if too_small is not None:
             return ExpandedSimulation(too_small, {})
-        computes.append(ComputeModel.from_gpu(gpu2))
+        computes.append(ComputeModel.from_gpu(
+            gpu2, attention_kernel=run.parallel.attention_kernel))
     steps = simulate_per_rank(sim.graph, computes, sim.network, pert,
                               symmetric_step_time_s=sim.step.step_time_s, contention=contention)
     report = expanded_report(run, sim.graph, rep, steps, gpu2, pert.mix_ranks)

@@ -147,3 +147,8 @@ def test_nearby_batches_widest_dp_first_within_ten_percent() -> None:
     assert all(abs(b - 2048) <= 204.8 and b % dp == 0 and b != 2048
                for dp, b in prose.nearby_batches(2048, 3072))
     assert prose.nearby_batches(2048, 1024) == []  # every power-of-two dp divides 2,048
+
+
+@pytest.mark.parametrize(("text", "value"), DATA["attention_kernel"])
+def test_attention_kernel(text: str, value: str | None) -> None:
+    assert prose.read_attention_kernel(text) == value, text

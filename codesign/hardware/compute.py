@@ -18,7 +18,9 @@ and a scale kernel (``CURRENT_SCALING_*``). FP4 GEMMs run at the FP4 peak times 
 FP4 16384³ run reached 0.76 of peak, ``hardware/gb200.yaml``, beside ``gemm_max`` 0.73). GEMM
 and attention efficiencies are multiplied by the GPU's ``sustained_fraction``: microbenchmarks
 run short bursts at boost clock, training runs for hours at the power limit (fitted by
-``codesign calibrate``). Fused attention uses its own measured forward/backward fractions.
+``codesign calibrate``). Fused attention uses its own measured forward/backward fractions,
+those of the part's fastest kernel unless the plan names an older one
+(:func:`attention_fractions`: FlashAttention-2, the 2022-23 Triton FlashAttention, v1).
 Causal flash attention executes about half of the conventional FLOPs (masked tiles are skipped)
 and its backward executes 2.5× the forward matmul FLOPs (it recomputes the scores), while
 convention counts 2× (FlashAttention-2, Dao 2023, Sec. 4 benchmark methodology); efficiencies
@@ -59,7 +61,7 @@ from typing import Literal
 
 from codesign.ir import Op
 from codesign.measured import MeasuredKernels
-from codesign.specs.gpu import GpuSpec
+from codesign.specs.gpu import ComputeEfficiency, GpuSpec
 from codesign.specs.inference import DTYPE_BYTES
 from codesign.units import US
 
@@ -67,6 +69,17 @@ from codesign.units import US
 CAUSAL_FRACTION = 0.5
 #: executed / conventional FLOPs of fused attention backward (2.5 × fwd vs 2 × fwd)
 FLASH_BWD_RECOMPUTE = 1.25
+#: FlashAttention-2's speed over the 2022-23 Triton FlashAttention (``flash_attn_triton``,
+#: MosaicML llm-foundry ``attn_impl: triton``), (forward, backward), A100: "around 1.3-1.5×
+#: faster than FlashAttention in Triton in the forward pass and around 2× faster in the
+#: backward pass" (Dao 2023, arXiv 2307.08691, Sec. 4.1; 1.4 = mid-range)
+TRITON_FA_SLOWDOWN = (1.4, 2.0)
+#: FlashAttention-2's speed over FlashAttention v1, (forward, backward): "around 2× faster
+#: than FlashAttention" (same section; 1.7-3.0× over its benchmark grid). ASSUMPTION: these
+#: A100 ratios hold on every part (no other published comparison of the old kernels).
+FA1_SLOWDOWN = (2.0, 2.0)
+#: attention kernel families a plan can name (``ParallelismSpec.attention_kernel``)
+ATTENTION_KERNELS = ("auto", "fa2", "triton", "fa1")
 #: HBM bytes per element of the cast(-transpose) kernel that feeds an FP8 GEMM operand
 #: (Transformer Engine): read bf16 (2 B), write FP8 (1 B) and its transpose (1 B)
 FP8_CAST_BYTES = 4.0
@@ -147,6 +160,25 @@ def host_issue_us(gpu: GpuSpec) -> float:
     return HOST_ISSUE_US if own is None else own
 
 
+def attention_fractions(eff: ComputeEfficiency, kernel: str = "auto") -> tuple[float, float]:
+    """(forward, backward) fraction of bf16 peak reached by fused attention kernel ``kernel``
+    (before ``sustained_fraction``): ``auto`` = the part's fastest kernel (``attention_fwd`` /
+    ``attention_bwd``); ``fa2`` = FlashAttention-2 (``attention_fa2_*``, which default to
+    the fastest where FlashAttention-2 is it); ``triton`` / ``fa1`` = FlashAttention-2 divided
+    by :data:`TRITON_FA_SLOWDOWN` / :data:`FA1_SLOWDOWN`."""
+    if kernel == "auto":
+        return eff.attention_fwd, eff.attention_bwd
+    fwd = eff.attention_fa2_fwd if eff.attention_fa2_fwd is not None else eff.attention_fwd
+    bwd = eff.attention_fa2_bwd if eff.attention_fa2_bwd is not None else eff.attention_bwd
+    if kernel == "fa2":
+        return fwd, bwd
+    if kernel not in ATTENTION_KERNELS:
+        raise ValueError(f"unknown attention kernel {kernel!r}; allowed: "
+                         f"{', '.join(ATTENTION_KERNELS)}")
+    slow = TRITON_FA_SLOWDOWN if kernel == "triton" else FA1_SLOWDOWN
+    return fwd / slow[0], bwd / slow[1]
+
+
 def cast_kernels(op: Op) -> float:
     """Quantization kernels an FP8/FP4 GEMM launches for its activation operand (forward and
     input-gradient GEMMs; 0 otherwise): one cast(-transpose) kernel, or under FP8 current
@@ -181,22 +213,26 @@ class ComputeModel:
     """Prices compute operators on one GPU (seconds).
 
     ``tables``: measured kernel tables consulted before the roofline (see module docstring).
+    ``attention_kernel``: the fused attention kernel family (:func:`attention_fractions`);
+    measured attention tables price only ``auto`` (the part's own kernel).
     """
 
     gpu: GpuSpec
     tables: MeasuredKernels | None = field(default=None, kw_only=True)
+    attention_kernel: str = field(default="auto", kw_only=True)
 
     @classmethod
-    def from_gpu(cls, gpu: GpuSpec, base_dir: str | Path | None = None) -> ComputeModel:
+    def from_gpu(cls, gpu: GpuSpec, base_dir: str | Path | None = None, *,
+                 attention_kernel: str = "auto") -> ComputeModel:
         """Model of ``gpu`` with its measured tables loaded, if it names any.
 
         Relative table paths resolve against ``base_dir``: the directory of the YAML file that
         defines the GPU (:func:`codesign.specs.catalog.gpu_base_dir`); the working directory
         when ``None``.
         """
-        if gpu.measured is None:
-            return cls(gpu)
-        return cls(gpu, tables=MeasuredKernels.from_spec(gpu.measured, base_dir))
+        tables = (None if gpu.measured is None
+                  else MeasuredKernels.from_spec(gpu.measured, base_dir))
+        return cls(gpu, tables=tables, attention_kernel=attention_kernel)
 
     def gemm_efficiency(self, m: float, n: float, k: float, dtype: str = "bf16") -> float:
         """Fraction of dense peak (of ``dtype``) reached by an (m×k)·(k×n) GEMM."""
@@ -230,7 +266,8 @@ class ComputeModel:
             return None if one is None else one * op.count
         if op.kind == "memory" and tables.memory is not None:
             return tables.memory.lookup(op.bytes)
-        if op.kind == "attention" and tables.attention is not None:
+        if (op.kind == "attention" and tables.attention is not None
+                and self.attention_kernel == "auto"):
             shape = op.attn_shape
             if shape is not None:
                 bh, seq, head_dim = shape
@@ -288,8 +325,8 @@ class ComputeModel:
             return t
         if op.kind == "attention":
             peak = self.gpu.peak_flops("bf16")
-            frac = (eff.attention_bwd if op.backward else eff.attention_fwd) \
-                * eff.sustained_fraction
+            fwd, bwd = attention_fractions(eff, self.attention_kernel)
+            frac = (bwd if op.backward else fwd) * eff.sustained_fraction
             flop_time = self.executed_flops(op) / (peak * frac)
             return max(flop_time, mem_time) + overhead
         return 0.0

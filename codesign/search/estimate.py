@@ -157,7 +157,8 @@ class Estimator:
     def __init__(self, base: TrainingRun) -> None:
         self.base = base
         self.model = base.model
-        self.compute = ComputeModel.from_gpu(base.gpu)
+        self.compute = ComputeModel.from_gpu(
+            base.gpu, attention_kernel=base.parallel.attention_kernel)
         self.measured = (self.compute.tables.collectives
                          if self.compute.tables is not None else None)
         self.capacity = base.gpu.memory_bytes

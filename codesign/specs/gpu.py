@@ -28,6 +28,14 @@ class ComputeEfficiency(Spec):
     )
     attention_fwd: float = Field(gt=0, le=1, description="fused attention forward, of peak")
     attention_bwd: float = Field(gt=0, le=1, description="fused attention backward, of peak")
+    attention_fa2_fwd: float | None = Field(
+        default=None, gt=0, le=1,
+        description="FlashAttention-2 forward, of peak, on parts where a faster kernel sets "
+                    "attention_fwd (FlashAttention-3/cuDNN on Hopper, FlashAttention-4 on "
+                    "Blackwell); None = attention_fwd (FlashAttention-2 is the part's best)")
+    attention_fa2_bwd: float | None = Field(
+        default=None, gt=0, le=1,
+        description="FlashAttention-2 backward, of peak; None = attention_bwd")
     memory_bound: float = Field(gt=0, le=1, description="fraction of HBM bandwidth streamed")
     kernel_overhead_us: float = Field(ge=0, description="launch and tail cost per kernel, us")
     graph_kernel_overhead_us: float | None = Field(

@@ -121,6 +121,14 @@ class ParallelismSpec(Spec):
     flash_attention: bool = Field(default=True,
                                  description="fused (flash) attention, no s×s matrix",
                                  json_schema_extra={"column": False})
+    attention_kernel: Literal["auto", "fa2", "triton", "fa1"] = Field(
+        default="auto",
+        description="fused attention kernel: auto = the part's fastest (the catalog's "
+                    "attention_fwd/bwd); fa2 = FlashAttention-2; triton = the 2022-23 Triton "
+                    "FlashAttention (flash_attn_triton); fa1 = FlashAttention v1 "
+                    "(codesign.hardware.compute.attention_fractions); ignored without "
+                    "flash_attention",
+        json_schema_extra={"column": False})
     overlap_grad_reduce: bool = Field(
         default=True, description="overlap DP gradient reduction with backward",
         json_schema_extra={"search": "switch", "order": 10})

@@ -254,6 +254,32 @@ def read_dispatcher(text: str) -> str | None:
     return _first_match(DISPATCHER_PATTERNS, text.lower())
 
 
+#: (pattern, kernel); first match wins. Attention implementations as rows name them:
+#: ``unfused`` = softmax attention with the score matrix in HBM (``flash_attention`` off);
+#: ``fa1`` / ``triton`` / ``fa2`` / ``auto`` = the fused kernel families of
+#: :func:`codesign.hardware.compute.attention_fractions` (``auto``: the part's fastest:
+#: FlashAttention-3/4, cuDNN / Transformer Engine fused attention)
+ATTENTION_KERNEL_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"(?:no|without|w/o)\s+flash[-_ ]?attn|(?:no|without|w/o)\s+flash[-_ ]?attention"
+     r"|flash[-_ ]?attention\s*[=:]\s*(?:false|off|no)\b|unfused\s+(?:softmax\s+)?attention"
+     r"|standard\s+attention|attn_impl\s*[=:\s]\s*['\"]?torch\b|eager\s+attention", "unfused"),
+    (r"flash[-_ ]?attn\s*==\s*1\.|flash[-_ ]?attention[-_ ]?v?1\b|\bfa[-_ ]?1\b", "fa1"),
+    (r"attn_impl\s*[=:\s]\s*['\"]?triton|triton\s+flash[-_ ]?attention"
+     r"|flash[-_ ]?attention\s+(?:in|with)\s+triton|triton\s+attention", "triton"),
+    (r"flash[-_ ]?attention[-_ ]?v?[34]\b|flash[-_ ]?attn\s*==\s*[34]\.|\bfa[-_ ]?[34]\b"
+     r"|cudnn\s+(?:fused\s+|flash\s+)?attention|(?:te|transformer engine)\s+fused\s+attention",
+     "auto"),
+    (r"flash[-_ ]?attention[-_ ]?v?2\b|flash[-_ ]?attn\s*==\s*2\.|flash[-_ ]?attn[-_ ]?2\b"
+     r"|\bfa[-_ ]?2\b", "fa2"),
+)
+
+
+def read_attention_kernel(text: str) -> str | None:
+    """The attention implementation a row's prose names (:data:`ATTENTION_KERNEL_PATTERNS`):
+    ``unfused``, ``fa1``, ``triton``, ``fa2`` or ``auto``; ``None`` when it names none."""
+    return _first_match(ATTENTION_KERNEL_PATTERNS, text.lower())
+
+
 def read_switch(text: str) -> bool | None:
     """yes/no/on/off/true/false/enabled/disabled (possibly followed by details); ``None``
     for an empty or "not stated" cell."""

@@ -17,7 +17,8 @@ Settings a row leaves out take the documented defaults of the framework that pro
   not on Ampere or Volta parts).
 * **Llama 3 (Meta)**: FSDP that shards optimizer states and gradients but keeps parameters
   after forward (ZeRO-2 semantics), sequence parallelism, flash attention.
-* **MosaicML llm-foundry** (MPT): PyTorch FSDP FULL_SHARD (ZeRO-3), flash attention.
+* **MosaicML llm-foundry** (MPT): PyTorch FSDP FULL_SHARD (ZeRO-3); its benchmark tables ran
+  the Triton FlashAttention (``attn_impl: triton``), FP8 runs FlashAttention v1.
 
 Micro-batch size, interleaving depth and recompute, when not given, follow rules stated in
 :func:`map_row` and are recorded as assumptions.
@@ -51,6 +52,7 @@ from codesign.validation.plan_rules import (
     stated_cells,
 )
 from codesign.validation.prose import (
+    read_attention_kernel,
     read_capacity_factor,
     read_dispatcher,
     read_ep_overlap,
@@ -403,6 +405,7 @@ def map_row(row: dict[str, str]) -> MappedCase:
         notes.append(f"rank placement {', '.join(plan['placement_order'])} "
                      f"(innermost first; {fw} default)")
     plan.update(_era_settings(row, fw, notes))
+    plan.update(_attention_settings(row, fw, dtype, notes))
     dp = n // (tp * pp * cp) if tp * pp * cp else 0
     plan.update(expert_tp(fw, tp, cp, dp, ep, notes))
     mbs_list = _micro_batch_sizes(row, gbs, dp, notes)
@@ -502,6 +505,7 @@ def _searched_case(row: dict[str, str], fw: str, notes: list[str], measurement: 
                  tp_comm_overlap=False)
     fixed.update(_framework_settings(fw, 2, True, gpu))
     fixed.update(_era_settings(row, fw, notes))
+    fixed.update(_attention_settings(row, fw, plan["dtype"], notes))
     if fixed["tp_comm_overlap"]:
         del fixed["tp_comm_overlap"]
     base = TrainingRun(model=model, gpu=gpu, topology=topo, num_gpus=n,
@@ -561,6 +565,38 @@ def _era_settings(row: dict[str, str], fw: str, notes: list[str]) -> dict[str, A
     notes.append(f"source dated {year}: unfused softmax attention (FlashAttention reached the "
                  f"frameworks in {FLASH_FROM_YEAR})")
     return {"flash_attention": False}
+
+
+def _attention_settings(row: dict[str, str], fw: str, dtype: str,
+                        notes: list[str]) -> dict[str, Any]:
+    """The attention implementation: the one the row's prose names
+    (:func:`~codesign.validation.prose.read_attention_kernel`), else the framework's: MosaicML
+    llm-foundry's benchmark tables ran ``attn_impl: triton`` (``scripts/train/benchmarking/
+    submit_benchmarks.py``: ``--attn_impl`` default 'triton' at the table commits 061f2c7c
+    and 5e85bd62d; the ``mpt-*.yaml`` recipes say the same), its FP8 runs FlashAttention v1
+    (the script installs ``flash-attn==1.0.7``: "Required for flash-attn and FP8 training";
+    Triton attention is refused under FP8). torchtitan calls PyTorch's
+    ``scaled_dot_product_attention`` (``torchtitan/models/llama3/model.py``), whose flash
+    backend is FlashAttention-2. Other frameworks (Transformer Engine's cuDNN / FlashAttention-3
+    on Hopper, MaxText's own kernels): the part's fastest kernel."""
+    stated = read_attention_kernel(_prose(row))
+    if stated == "unfused":
+        notes.append("unfused softmax attention (as the row states)")
+        return {"flash_attention": False}
+    if stated is not None:
+        notes.append(f"attention kernel {stated} (as the row states)")
+        return {"flash_attention": True, "attention_kernel": stated}
+    if fw == "torchtitan":
+        notes.append("attention kernel fa2 (torchtitan: PyTorch scaled_dot_product_attention, "
+                     "its FlashAttention-2 backend)")
+        return {"attention_kernel": "fa2"}
+    if fw == "mosaicml":
+        kernel = "fa1" if dtype == "fp8" else "triton"
+        notes.append(f"attention kernel {kernel} (llm-foundry benchmark default: "
+                     + ("flash-attn 1.0.7 for FP8)" if kernel == "fa1"
+                        else "attn_impl triton)"))
+        return {"attention_kernel": kernel}
+    return {}
 
 
 def _framework_settings(fw: str, tp: int, sp: bool, gpu: GpuSpec) -> dict[str, Any]:
