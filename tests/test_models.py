@@ -31,7 +31,10 @@ HF_DIR = resources.files("codesign.catalogs.workloads") / "hf"
 # Nemotron-H 8B is published as a rounded "8B" (the count is 8.10B): held to 2%.
 # Llama 4 Scout is published as a rounded "109B" for its multimodal checkpoint; the text model
 # counts 107.8B (the vision encoder is not modelled): held to 2%.
-TOLERANCE: dict[str, float] = {"nemotron-h-8b": 0.02, "llama4-scout": 0.02}
+# Nemotron-3 8B / 22B are published only as the rounded sizes of their names ("8B", "22B");
+# the architecture counts 8.54B / 21.27B (6.8% / 3.3%): held to 7% / 4%.
+TOLERANCE: dict[str, float] = {"nemotron-h-8b": 0.02, "llama4-scout": 0.02,
+                               "nemotron3-8b": 0.07, "nemotron3-22b": 0.04}
 
 
 def _hf(name: str) -> dict[str, Any]:
