@@ -28,7 +28,9 @@ def test_the_catalog_lists_every_accelerator_of_the_issue() -> None:
         "tpu-v5p", "tpu-v6e",
         # issue 12's second batch: parts of published training runs
         "a800-80gb", "gaudi2", "gh200", "gh200-144gb", "h100-nvl", "h100-pcie", "mi250",
-        "tpu-v3", "v100-16gb", "v100-32gb"}
+        "tpu-v3", "v100-16gb", "v100-32gb",
+        # the H100 variant of torchtitan's published benchmarks
+        "h100-sxm-96gb"}
 
 
 @pytest.mark.parametrize("name", ACCELERATORS)
