@@ -57,12 +57,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from codesign.ir import Op
 from codesign.measured import MeasuredKernels
 from codesign.specs.gpu import ComputeEfficiency, GpuSpec
 from codesign.specs.inference import DTYPE_BYTES
+from codesign.specs.parallel import AttentionKernel
 from codesign.units import US
 
 #: executed / conventional FLOPs of a causal fused attention kernel (forward)
@@ -79,7 +80,7 @@ TRITON_FA_SLOWDOWN = (1.4, 2.0)
 #: A100 ratios hold on every part (no other published comparison of the old kernels).
 FA1_SLOWDOWN = (2.0, 2.0)
 #: attention kernel families a plan can name (``ParallelismSpec.attention_kernel``)
-ATTENTION_KERNELS = ("auto", "fa2", "triton", "fa1")
+ATTENTION_KERNELS: tuple[str, ...] = get_args(AttentionKernel)
 #: HBM bytes per element of the cast(-transpose) kernel that feeds an FP8 GEMM operand
 #: (Transformer Engine): read bf16 (2 B), write FP8 (1 B) and its transpose (1 B)
 FP8_CAST_BYTES = 4.0

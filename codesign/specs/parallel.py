@@ -9,6 +9,8 @@ from pydantic import Field, field_validator, model_validator
 from codesign.specs.base import Spec
 
 Dim = Literal["tp", "cp", "ep", "dp", "pp"]
+#: fused attention kernel families (:func:`codesign.hardware.compute.attention_fractions`)
+AttentionKernel = Literal["auto", "fa2", "triton", "fa1"]
 DEFAULT_PLACEMENT: tuple[Dim, ...] = ("tp", "cp", "ep", "dp", "pp")
 
 BUILTIN_COLLECTIVE_ALGORITHMS: tuple[str, ...] = ("auto", "ring", "tree", "hierarchical",
@@ -121,7 +123,7 @@ class ParallelismSpec(Spec):
     flash_attention: bool = Field(default=True,
                                  description="fused (flash) attention, no s×s matrix",
                                  json_schema_extra={"column": False})
-    attention_kernel: Literal["auto", "fa2", "triton", "fa1"] = Field(
+    attention_kernel: AttentionKernel = Field(
         default="auto",
         description="fused attention kernel: auto = the part's fastest (the catalog's "
                     "attention_fwd/bwd); fa2 = FlashAttention-2; triton = the 2022-23 Triton "
