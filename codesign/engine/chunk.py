@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from codesign.engine.executor import COMM_PREFIX, HOST, Task, Timeline, attribute, execute
 from codesign.ir import GROUP_STREAM, Op
@@ -82,8 +83,16 @@ def host_ahead(ops: Sequence[Op], busy: Sequence[float], issue_s: Sequence[float
     including its first host synchronization when the host issues that stretch faster than
     the GPU runs it (then the host ran ahead during earlier passes, and kept the lead), else
     none. ``busy``/``issue_s``: each operator's GPU and host seconds."""
+    stop, ahead = lead(ops, busy, issue_s)
+    return stop if ahead else 0
+
+
+def lead(ops: Sequence[Op], busy: Sequence[Any], issue_s: Sequence[float]) -> tuple[int, Any]:
+    """The stretch the host may have issued ahead (:func:`lead_end`) and whether it did:
+    whether the host issues it no slower than the GPU runs it. ``busy`` entries may be arrays
+    (one value per rank of a batch): the answer is then one per rank."""
     stop = lead_end(ops)
-    return stop if sum(issue_s[:stop]) <= sum(busy[:stop]) else 0
+    return stop, sum(issue_s[:stop]) <= sum(busy[:stop])
 
 
 def lead_end(ops: Sequence[Op]) -> int:

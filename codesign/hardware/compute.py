@@ -161,7 +161,8 @@ def host_issue_us(gpu: GpuSpec) -> float:
     return HOST_ISSUE_US if own is None else own
 
 
-def attention_fractions(eff: ComputeEfficiency, kernel: str = "auto") -> tuple[float, float]:
+def attention_fractions(eff: ComputeEfficiency,
+                        kernel: AttentionKernel | str = "auto") -> tuple[float, float]:
     """(forward, backward) fraction of bf16 peak reached by fused attention kernel ``kernel``
     (before ``sustained_fraction``): ``auto`` = the part's fastest kernel (``attention_fwd`` /
     ``attention_bwd``); ``fa2`` = FlashAttention-2 (``attention_fa2_*``, which default to
@@ -220,11 +221,11 @@ class ComputeModel:
 
     gpu: GpuSpec
     tables: MeasuredKernels | None = field(default=None, kw_only=True)
-    attention_kernel: str = field(default="auto", kw_only=True)
+    attention_kernel: AttentionKernel = field(default="auto", kw_only=True)
 
     @classmethod
     def from_gpu(cls, gpu: GpuSpec, base_dir: str | Path | None = None, *,
-                 attention_kernel: str = "auto") -> ComputeModel:
+                 attention_kernel: AttentionKernel = "auto") -> ComputeModel:
         """Model of ``gpu`` with its measured tables loaded, if it names any.
 
         Relative table paths resolve against ``base_dir``: the directory of the YAML file that

@@ -260,7 +260,7 @@ def read_dispatcher(text: str) -> str | None:
 #: :func:`codesign.hardware.compute.attention_fractions` (``auto``: the part's fastest:
 #: FlashAttention-3/4, cuDNN / Transformer Engine fused attention)
 ATTENTION_KERNEL_PATTERNS: tuple[tuple[str, str], ...] = (
-    (r"(?:no|without|w/o)\s+flash[-_ ]?attn|(?:no|without|w/o)\s+flash[-_ ]?attention"
+    (r"(?:no|without|w/o)\s+flash[-_ ]?att(?:n|ention)"
      r"|flash[-_ ]?attention\s*[=:]\s*(?:false|off|no)\b|unfused\s+(?:softmax\s+)?attention"
      r"|standard\s+attention|attn_impl\s*[=:\s]\s*['\"]?torch\b|eager\s+attention", "unfused"),
     (r"flash[-_ ]?attn\s*==\s*1\.|flash[-_ ]?attention[-_ ]?v?1\b|\bfa[-_ ]?1\b", "fa1"),

@@ -353,12 +353,13 @@ def map_row(row: dict[str, str]) -> MappedCase:
         raise Unsupported(f"num_gpus {row.get('num_gpus', '')!r}: no GPU count")
     measurement = measurement_of(row, fw, notes)
     model = model_of(row, fw, notes)
+    prose = _prose(row)
     if model.moe is not None:
-        cf = read_capacity_factor(_prose(row))
+        cf = read_capacity_factor(prose)
         if cf is not None:
             model = model.model_copy(update={"moe": model.moe.model_copy(
                 update={"capacity_factor": cf})})
-            stated = states_capacity_factor(_prose(row))
+            stated = states_capacity_factor(prose)
             notes.append(f"MoE capacity factor {cf:g} as the row states (buffers padded to "
                          "capacity)" if stated else
                          f"MoE token dropping without a factor: capacity factor {cf:g}, "
@@ -374,12 +375,12 @@ def map_row(row: dict[str, str]) -> MappedCase:
     if recipe is not None:
         plan["fp8_recipe"] = recipe
         notes.append(f"FP8 scaling recipe: {recipe} (as the precision cell states)")
-    dispatcher = read_dispatcher(_prose(row)) if model.moe is not None else None
+    dispatcher = read_dispatcher(prose) if model.moe is not None else None
     if dispatcher == "deepep":
         plan["moe_dispatcher"] = dispatcher
         notes.append("MoE dispatcher: tokens sent once per destination node and forwarded "
                      "over NVLink (DeepEP / HybridEP, as the row states)")
-    if model.moe is not None and read_ep_overlap(_prose(row)):
+    if model.moe is not None and read_ep_overlap(prose):
         plan["ep_comm_overlap"] = True
         notes.append("MoE all-to-alls overlapped with other micro-batches' computation (as "
                      "the row states: EP A2A overlap / DualPipe)")

@@ -6,10 +6,11 @@ the kernel and collective prices of such a batch."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from codesign.engine.chunk import comm_category, lead_end
+from codesign.engine.chunk import comm_category, lead
 from codesign.engine.executor import HOST
 from codesign.engine.expanded.link_factors import LinkFactors
 from codesign.engine.expanded.values import PassTiming
@@ -54,21 +55,15 @@ def batch_pass(ops: Sequence[Op], speed: np.ndarray, gtype: np.ndarray,
     issued = np.zeros(shape)  # when the host has issued the op (host_time given)
     synced: np.ndarray | None = None  # end of the last host-synchronizing op
     host_cat, stop = -1, 0
-    ahead: np.ndarray = np.zeros(shape, dtype=bool)
+    ahead: Any = False
+    issue_s = [0.0] * len(ops)
     if host_time is not None:
         host_cat = len(cats)
         cat_id[HOST] = host_cat
         cats.append(HOST)
+        issue_s = [0.0 if op.kind == "comm" else host_time(op) for op in ops]
         # op_tasks' host_ahead, member by member
-        stop = lead_end(ops)
-        gpu_s = np.zeros(shape)
-        host_s = 0.0
-        for i in range(stop):
-            lead = durs[i]
-            if lead is not None:
-                gpu_s = gpu_s + lead
-                host_s += host_time(ops[i])
-        ahead = host_s <= gpu_s
+        stop, ahead = lead(ops, [0.0 if d is None else d for d in durs], issue_s)
     for i, op in enumerate(ops):
         deps = wiring[i]
         gate: list[tuple[int, np.ndarray]] = []
@@ -76,7 +71,7 @@ def batch_pass(ops: Sequence[Op], speed: np.ndarray, gtype: np.ndarray,
             if synced is not None:
                 issued = np.maximum(issued, synced)
             if any_compute:  # the first kernel was issued during the previous pass (op_tasks)
-                issued = issued + host_time(op)
+                issued = issued + issue_s[i]
             gate = [(-1, np.where(ahead, -np.inf, issued) if i < stop else issued)]
         if op.kind != "comm":
             ready = compute_free
