@@ -20,6 +20,7 @@ from codesign.validation.training_cases import (
     iter_cases,
     map_row,
     measurement_of,
+    source_year,
 )
 
 DESCRIPTIONS = Path(__file__).parent / "data" / "training_descriptions.csv"
@@ -52,6 +53,38 @@ def test_torchtitan_and_llm_foundry_default_to_no_tp_or_pp() -> None:
         par = case.candidates[0][0].parallel
         assert (par.tp, par.pp, par.zero_stage) == (1, 1, 3), fw
         assert f"tp not stated: 1 ({fw} default)" in case.assumptions
+
+
+@pytest.mark.parametrize(("source", "micro"), [
+    # torchtitan at 9dec370 (Dec 2024): the local batch in as many micro-batches as stages
+    ("pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md", 4),
+    # later torchtitan: pipeline_parallel_microbatch_size, default 1
+    ("pytorch/torchtitan docs, 2025", 1),
+])
+def test_a_torchtitan_local_batch_is_split_into_pipeline_micro_batches(source: str,
+                                                                       micro: int) -> None:
+    """torchtitan states a per-DP-rank (local) batch: 512 GPUs as TP 8 x PP 8 x FSDP 8 with
+    a global batch of 256 give a local batch of 32, which PP 8 splits further."""
+    row = {**_ROW, "source": source, "model": "Llama 3 405B", "num_gpus": "512", "tp": "8",
+           "pp": "8", "dp": "8", "global_batch_size": "256", "micro_batch_size": "32",
+           "zero_fsdp": "FSDP2"}
+    case = map_row(row)
+    assert {r.parallel.micro_batch_size for g in case.candidates for r in g} == {micro}
+    assert any("torchtitan's local batch" in a for a in case.assumptions)
+    # a Megatron row's micro-batch is its micro-batch, however few micro-batches it leaves
+    mega = map_row({**row, "source": "NVIDIA Megatron-LM README, 2024"})
+    assert {r.parallel.micro_batch_size for g in mega.candidates for r in g} == {32}
+
+
+@pytest.mark.parametrize(("source", "year"), [
+    ("pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md (commit 820504e2)", 2024),
+    ("Narayanan et al. 2021, 'Efficient Large-Scale ...'", 2021),
+    ("Llama Team 2024, (arXiv 2407.21783 v3)", 2024),
+    ("arXiv 2407.21783", None),  # an arXiv number is not a year
+    ("NeMo 24.07 container", None),
+])
+def test_the_year_a_source_names(source: str, year: int | None) -> None:
+    assert source_year({"source": source}) == year
 
 
 def test_seq_len_in_k_is_binary() -> None:

@@ -73,7 +73,9 @@ FLASH_BWD_RECOMPUTE = 1.25
 #: FlashAttention-2's speed over the 2022-23 Triton FlashAttention (``flash_attn_triton``,
 #: MosaicML llm-foundry ``attn_impl: triton``), (forward, backward), A100: "around 1.3-1.5×
 #: faster than FlashAttention in Triton in the forward pass and around 2× faster in the
-#: backward pass" (Dao 2023, arXiv 2307.08691, Sec. 4.1; 1.4 = mid-range)
+#: backward pass" (Dao 2023, arXiv 2307.08691, Sec. 4.1; 1.4 = mid-range). Used where the
+#: part has no measured Triton fractions (``attention_triton_fwd`` / ``_bwd``): on Hopper
+#: FlashAttention-2 lacks the new tensor-core instructions and Triton is not slower.
 TRITON_FA_SLOWDOWN = (1.4, 2.0)
 #: FlashAttention-2's speed over FlashAttention v1, (forward, backward): "around 2× faster
 #: than FlashAttention" (same section; 1.7-3.0× over its benchmark grid). ASSUMPTION: these
@@ -166,8 +168,9 @@ def attention_fractions(eff: ComputeEfficiency,
     """(forward, backward) fraction of bf16 peak reached by fused attention kernel ``kernel``
     (before ``sustained_fraction``): ``auto`` = the part's fastest kernel (``attention_fwd`` /
     ``attention_bwd``); ``fa2`` = FlashAttention-2 (``attention_fa2_*``, which default to
-    the fastest where FlashAttention-2 is it); ``triton`` / ``fa1`` = FlashAttention-2 divided
-    by :data:`TRITON_FA_SLOWDOWN` / :data:`FA1_SLOWDOWN`."""
+    the fastest where FlashAttention-2 is it); ``triton`` = the part's measured Triton
+    FlashAttention (``attention_triton_*``), else FlashAttention-2 divided by
+    :data:`TRITON_FA_SLOWDOWN`; ``fa1`` = FlashAttention-2 divided by :data:`FA1_SLOWDOWN`."""
     if kernel == "auto":
         return eff.attention_fwd, eff.attention_bwd
     fwd = eff.attention_fa2_fwd if eff.attention_fa2_fwd is not None else eff.attention_fwd
@@ -177,8 +180,10 @@ def attention_fractions(eff: ComputeEfficiency,
     if kernel not in ATTENTION_KERNELS:
         raise ValueError(f"unknown attention kernel {kernel!r}; allowed: "
                          f"{', '.join(ATTENTION_KERNELS)}")
-    slow = TRITON_FA_SLOWDOWN if kernel == "triton" else FA1_SLOWDOWN
-    return fwd / slow[0], bwd / slow[1]
+    if kernel == "triton":
+        return (eff.attention_triton_fwd or fwd / TRITON_FA_SLOWDOWN[0],
+                eff.attention_triton_bwd or bwd / TRITON_FA_SLOWDOWN[1])
+    return fwd / FA1_SLOWDOWN[0], bwd / FA1_SLOWDOWN[1]
 
 
 def cast_kernels(op: Op) -> float:

@@ -36,6 +36,14 @@ class ComputeEfficiency(Spec):
     attention_fa2_bwd: float | None = Field(
         default=None, gt=0, le=1,
         description="FlashAttention-2 backward, of peak; None = attention_bwd")
+    attention_triton_fwd: float | None = Field(
+        default=None, gt=0, le=1,
+        description="Triton FlashAttention forward, of peak, where measured on this part; "
+                    "None = FlashAttention-2 forward / TRITON_FA_SLOWDOWN (the A100 ratio)")
+    attention_triton_bwd: float | None = Field(
+        default=None, gt=0, le=1,
+        description="Triton FlashAttention backward, of peak; None = FlashAttention-2 "
+                    "backward / TRITON_FA_SLOWDOWN")
     memory_bound: float = Field(gt=0, le=1, description="fraction of HBM bandwidth streamed")
     kernel_overhead_us: float = Field(ge=0, description="launch and tail cost per kernel, us")
     graph_kernel_overhead_us: float | None = Field(

@@ -406,10 +406,10 @@ def map_row(row: dict[str, str]) -> MappedCase:
         notes.append(f"rank placement {', '.join(plan['placement_order'])} "
                      f"(innermost first; {fw} default)")
     plan.update(_era_settings(row, fw, notes))
-    plan.update(_attention_settings(row, fw, dtype, notes))
+    plan.update(_attention_settings(row, fw, notes))
     dp = n // (tp * pp * cp) if tp * pp * cp else 0
     plan.update(expert_tp(fw, tp, cp, dp, ep, notes))
-    mbs_list = _micro_batch_sizes(row, gbs, dp, notes)
+    mbs_list = _micro_batch_sizes(row, fw, gbs, dp, pp, notes)
     n_mb = gbs // (mbs_list[0] * dp) if dp and mbs_list[0] else 0
     vpp_list = _interleaving_depths(row, fw, model.num_layers, pp, n_mb, notes)
     choices = recompute_choices(row.get("activation_recompute", ""), row.get("notes", ""),
@@ -506,7 +506,7 @@ def _searched_case(row: dict[str, str], fw: str, notes: list[str], measurement: 
                  tp_comm_overlap=False)
     fixed.update(_framework_settings(fw, 2, True, gpu))
     fixed.update(_era_settings(row, fw, notes))
-    fixed.update(_attention_settings(row, fw, plan["dtype"], notes))
+    fixed.update(_attention_settings(row, fw, notes))
     if fixed["tp_comm_overlap"]:
         del fixed["tp_comm_overlap"]
     base = TrainingRun(model=model, gpu=gpu, topology=topo, num_gpus=n,
@@ -552,8 +552,9 @@ FLASH_FROM_YEAR = 2023
 
 
 def source_year(row: dict[str, str]) -> int | None:
-    """The first year (2015-2039) the row's source names, or ``None``."""
-    m = re.search(r"\b(20[1-3]\d)\b", row.get("source", ""))
+    """The first year (2015-2039) the row's source names (alone or as a yyyymm stamp, as in
+    a file name ``..._202412_...``), or ``None``."""
+    m = re.search(r"(?<![\d.])(20[1-3]\d)(?:0[1-9]|1[0-2])?(?![\d.])", row.get("source", ""))
     return int(m.group(1)) if m else None
 
 
@@ -568,15 +569,15 @@ def _era_settings(row: dict[str, str], fw: str, notes: list[str]) -> dict[str, A
     return {"flash_attention": False}
 
 
-def _attention_settings(row: dict[str, str], fw: str, dtype: str,
-                        notes: list[str]) -> dict[str, Any]:
+def _attention_settings(row: dict[str, str], fw: str, notes: list[str]) -> dict[str, Any]:
     """The attention implementation: the one the row's prose names
     (:func:`~codesign.validation.prose.read_attention_kernel`), else the framework's: MosaicML
     llm-foundry's benchmark tables ran ``attn_impl: triton`` (``scripts/train/benchmarking/
     submit_benchmarks.py``: ``--attn_impl`` default 'triton' at the table commits 061f2c7c
-    and 5e85bd62d; the ``mpt-*.yaml`` recipes say the same), its FP8 runs FlashAttention v1
-    (the script installs ``flash-attn==1.0.7``: "Required for flash-attn and FP8 training";
-    Triton attention is refused under FP8). torchtitan calls PyTorch's
+    and 5e85bd62d; the ``mpt-*.yaml`` recipes say the same), FP8 runs included: the
+    ``flash-attn==1.0.7`` the script installs for them is Transformer Engine v0.10's
+    dependency, FP8 stays inside TE's Linear layers and the attention inputs remain bf16,
+    which the Triton kernel takes (``check_valid_inputs``). torchtitan calls PyTorch's
     ``scaled_dot_product_attention`` (``torchtitan/models/llama3/model.py``), whose flash
     backend is FlashAttention-2. Other frameworks (Transformer Engine's cuDNN / FlashAttention-3
     on Hopper, MaxText's own kernels): the part's fastest kernel."""
@@ -592,11 +593,8 @@ def _attention_settings(row: dict[str, str], fw: str, dtype: str,
                      "its FlashAttention-2 backend)")
         return {"attention_kernel": "fa2"}
     if fw == "mosaicml":
-        kernel = "fa1" if dtype == "fp8" else "triton"
-        notes.append(f"attention kernel {kernel} (llm-foundry benchmark default: "
-                     + ("flash-attn 1.0.7 for FP8)" if kernel == "fa1"
-                        else "attn_impl triton)"))
-        return {"attention_kernel": kernel}
+        notes.append("attention kernel triton (llm-foundry benchmark default: attn_impl triton)")
+        return {"attention_kernel": "triton"}
     return {}
 
 
@@ -619,10 +617,34 @@ def _framework_settings(fw: str, tp: int, sp: bool, gpu: GpuSpec) -> dict[str, A
     return {}
 
 
-def _micro_batch_sizes(row: dict[str, str], gbs: int, dp: int, notes: list[str]) -> list[int]:
+#: torchtitan's last year whose pipeline default was a micro-batch count equal to the number
+#: of pipeline stages (``experimental.pipeline_parallel_microbatches``, "defaults to the
+#: number of pipeline stages", ``torchtitan/config_manager.py`` at 9dec370, Dec 2024); later
+#: versions split the local batch into micro-batches of
+#: ``parallelism.pipeline_parallel_microbatch_size`` (default 1)
+TORCHTITAN_STAGE_COUNT_UNTIL = 2024
+
+
+def _micro_batch_sizes(row: dict[str, str], fw: str, gbs: int, dp: int, pp: int,
+                       notes: list[str]) -> list[int]:
     """The row's micro-batch size, or when not given every size of 1, 2, 4, 8 dividing the
-    per-replica batch (a tuned benchmark runs the fastest; recorded per run)."""
+    per-replica batch (a tuned benchmark runs the fastest; recorded per run).
+
+    torchtitan states a *local* batch (per data-parallel rank); under pipeline parallelism
+    the schedule splits it further (:data:`TORCHTITAN_STAGE_COUNT_UNTIL`), so a torchtitan
+    row whose micro-batch is its whole per-replica batch with PP > 1 is read that way."""
     given = int_cell(row, "micro_batch_size")
+    if given is not None and fw == "torchtitan" and pp > 1 and dp and given * dp == gbs:
+        year = source_year(row)
+        if year is not None and year <= TORCHTITAN_STAGE_COUNT_UNTIL and given % pp == 0:
+            notes.append(f"micro_batch_size {given} is torchtitan's local batch: split into "
+                         f"{pp} pipeline micro-batches of {given // pp} (torchtitan {year}: "
+                         "one per pipeline stage)")
+            return [given // pp]
+        notes.append(f"micro_batch_size {given} is torchtitan's local batch: pipeline "
+                     "micro-batches of 1 (torchtitan pipeline_parallel_microbatch_size "
+                     "default)")
+        return [1]
     if given is not None:
         return [given]
     per_replica = gbs // dp if dp else 0
