@@ -118,13 +118,16 @@ class Simulation:
     step: StepResult | None = None
 
 
-def simulate_run(run: TrainingRun) -> TrainingReport:
+def simulate_run(run: TrainingRun, *, memory_check: bool = True) -> TrainingReport:
     """Simulate one training step of ``run``. An infeasible plan gives ``feasible=False``
-    with the reason (never an exception)."""
-    return simulate_detailed(run).report
+    with the reason (never an exception). ``memory_check=False`` times a plan whose
+    estimated memory exceeds HBM (a run that was measured, so did fit; the report still
+    carries the estimate)."""
+    return simulate_detailed(run, memory_check=memory_check).report
 
 
-def simulate_detailed(run: TrainingRun, *, exact: bool = False) -> Simulation:
+def simulate_detailed(run: TrainingRun, *, exact: bool = False,
+                      memory_check: bool = True) -> Simulation:
     """:func:`simulate_run`, also returning the graph, the models and the engine's step (for
     timelines and traces). ``exact``: run every micro-batch, so the step's timeline holds
     them all (same step time; see :func:`codesign.engine.training.simulate_step`)."""
@@ -133,7 +136,7 @@ def simulate_detailed(run: TrainingRun, *, exact: bool = False) -> Simulation:
     except (InfeasiblePlan, ValueError) as exc:
         return Simulation(infeasible_report(run, str(exc)))
     mem, oom = check_memory(run, graph, network)
-    if oom is not None:
+    if oom is not None and memory_check:
         return Simulation(oom, graph, compute, network)
     step = simulate_step(graph, compute, network, exact=exact)
     report = training_report(

@@ -79,6 +79,14 @@ class ParallelismSpec(Spec):
                                                             description="activation recompute",
                                                             json_schema_extra={
                                                                 "search": "switch", "order": 6})
+    selective_recompute: Literal["attention", "alternate_gemms"] = Field(
+        default="attention",
+        description="what recompute selective recomputes: attention = the attention core "
+                    "(Megatron-LM --recompute-granularity selective); alternate_gemms = "
+                    "PyTorch op-level selective activation checkpointing as torchtitan's "
+                    "'op' mode: every second GEMM of a layer and every non-GEMM operator, "
+                    "keeping the other GEMMs' and the attention outputs",
+        json_schema_extra={"column": False})
     recompute_num_layers: int | None = Field(
         default=None, ge=1,
         description="with recompute full: recompute only the first N transformer layers of "

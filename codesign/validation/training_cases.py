@@ -401,7 +401,7 @@ def map_row(row: dict[str, str]) -> MappedCase:
                      f"({fw} default)")
     plan["sequence_parallel"] = sp
     plan["zero_stage"] = zero
-    plan.update(_framework_settings(fw, tp, sp, gpu))
+    plan.update(_framework_settings(fw, tp, sp, gpu, notes))
     if "placement_order" in plan:
         notes.append(f"rank placement {', '.join(plan['placement_order'])} "
                      f"(innermost first; {fw} default)")
@@ -504,7 +504,7 @@ def _searched_case(row: dict[str, str], fw: str, notes: list[str], measurement: 
     fixed.update(overlap_grad_reduce=defaults.overlap_grad_reduce,
                  overlap_param_gather=defaults.overlap_param_gather,
                  tp_comm_overlap=False)
-    fixed.update(_framework_settings(fw, 2, True, gpu))
+    fixed.update(_framework_settings(fw, 2, True, gpu, notes))
     fixed.update(_era_settings(row, fw, notes))
     fixed.update(_attention_settings(row, fw, notes))
     if fixed["tp_comm_overlap"]:
@@ -598,12 +598,19 @@ def _attention_settings(row: dict[str, str], fw: str, notes: list[str]) -> dict[
     return {}
 
 
-def _framework_settings(fw: str, tp: int, sp: bool, gpu: GpuSpec) -> dict[str, Any]:
+def _framework_settings(fw: str, tp: int, sp: bool, gpu: GpuSpec,
+                        notes: list[str]) -> dict[str, Any]:
     """Plan settings a framework fixes: Megatron-LM 2019-22 had no flash attention, no
     overlap and scatter/gathered, blocking pipeline sends; Megatron-Core overlaps TP
     communication with GEMMs where its userbuffers run: Hopper-class and later GPUs (the
     parts with FP8 tensor cores), not the A100 or older (A800, V100); Meta's Llama 3 stack
-    places PP inside DP."""
+    places PP inside DP; torchtitan's selective activation checkpointing is PyTorch's
+    op-level policy (``activation_checkpoint.selective_ac_option = "op"`` in its Llama
+    configs: every second GEMM recomputed)."""
+    if fw == "torchtitan":
+        notes.append("selective recompute, where it applies, is torchtitan's op-level "
+                     "checkpointing: every second GEMM and the memory-bound operators re-run")
+        return {"selective_recompute": "alternate_gemms"}
     if fw == "megatron-2021":
         return dict(flash_attention=False, overlap_grad_reduce=False,
                     overlap_param_gather=False, pipeline_scatter_gather=True, overlap_p2p=False)

@@ -6,7 +6,9 @@ counts twice the forward FLOPs; a memory-bound kernel moves twice its forward by
 collective runs its conjugate (all-gather <-> reduce-scatter; Megatron's f/g all-reduces swap).
 Recompute inserts forward operators (category ``recompute``) before the backward of a layer
 (full; with ``recompute_num_layers`` N only the first N layers of each model chunk, the others
-keep their activations) or of its attention core (selective). ZeRO-3/FSDP adds per-layer
+keep their activations), of its attention core (selective), or of every second GEMM and
+the memory-bound operators (selective with ``selective_recompute`` alternate_gemms, PyTorch's
+op-level checkpointing). ZeRO-3/FSDP adds per-layer
 parameter all-gathers and gradient reduce-scatters on the data-parallel group.
 """
 
@@ -189,6 +191,54 @@ def recomputes_layer(p: ParallelismSpec, index: int) -> bool:
     return p.recompute == "full" and (n is None or index < n)
 
 
+#: collectives whose outputs PyTorch's op-level selective checkpointing saves (torchtitan
+#: ``_get_default_save_ops``: reduce_scatter_tensor, all_to_all_single); others re-run
+SAC_SAVED_COMMS = ("reduce_scatter", "all_to_all")
+#: bytes per element of a saved activation (bf16; an FP8 GEMM still writes bf16 outputs)
+SAVED_ACTIVATION_BYTES = 2.0
+
+
+def alternate_gemm_recompute(temps: Sequence[OpTemplate]) -> tuple[bool, ...]:
+    """Which of a layer's forward operators PyTorch's op-level selective activation
+    checkpointing recomputes (torchtitan ``SelectiveAC``, "save all compute/comm ops, except
+    every second mm/linear", ``torchtitan/distributed/activation_checkpoint.py``): the 2nd,
+    4th, ... GEMM of the layer, every memory-bound operator, and every collective but a
+    reduce-scatter or all-to-all. Attention and the 1st, 3rd, ... GEMM keep their outputs.
+    ASSUMPTION: a fused GEMM of codesign's templates (QKV, gate+up) counts as one matmul,
+    where torchtitan's Llama runs wq/wk/wv and w1/w3 as separate ones."""
+    out: list[bool] = []
+    gemms = 0
+    for t in temps:
+        if t.kind == "gemm":
+            gemms += 1
+            out.append(gemms % 2 == 0)
+        elif t.kind == "attention":
+            out.append(False)
+        elif t.kind == "comm":
+            out.append((t.comm or t.comm_bwd) not in SAC_SAVED_COMMS)
+        else:
+            out.append(True)
+    return tuple(out)
+
+
+def alternate_gemm_saved(fwd: Sequence[Op], recomputed: Sequence[bool],
+                         layer_input: float) -> float:
+    """Activation bytes one layer keeps under op-level selective checkpointing: its input
+    (the checkpoint's own) and the outputs of the operators it does not recompute (a
+    GEMM's m×n per kernel; attention's output = the next GEMM's input, m×k)."""
+    saved = layer_input
+    for i, (op, again) in enumerate(zip(fwd, recomputed, strict=True)):
+        if again:
+            continue
+        if op.kind == "gemm" and op.mnk is not None:
+            saved += op.mnk[0] * op.mnk[1] * op.count * SAVED_ACTIVATION_BYTES
+        elif op.kind == "attention":
+            nxt = next((o for o in fwd[i + 1:] if o.kind == "gemm" and o.mnk), None)
+            if nxt is not None and nxt.mnk is not None:
+                saved += nxt.mnk[0] * nxt.mnk[2] * nxt.count * SAVED_ACTIVATION_BYTES
+    return saved
+
+
 def _as(ops: Iterable[Op], category: Category) -> list[Op]:
     return [replace_op(o, category=category) for o in ops]
 
@@ -238,6 +288,8 @@ class ChunkBinder:
         self.cs = p.fp8_recipe == "current"
         self.dense_grp, self.expert_grp = state_groups(p)
         self.zero3 = p.sharding_stage == 3
+        #: bytes of one layer's input, which a recomputed layer keeps (its checkpoint)
+        self.layer_input_bytes = 2.0 * self.env["Tsp"] * self.env["h"]
         self.attn_p = P.attention_params_per_layer(m) + 2 * P.norm_params(m)
         # bind each distinct (layer kind, GEMM dtype) once; layers copy it with their own
         # index
@@ -263,8 +315,12 @@ class ChunkBinder:
             temps = _layer_templates(run, kind)
             fwd = [_bind(t, env, 0, prec, self.prec, self.cs) for t in temps]
             bwd = [backward_of(o, t) for o, t in zip(fwd, temps, strict=True)]
-            saved = sum(t.saved.evaluate(env) for t in temps
-                        if not (p.recompute == "selective" and t.attn_core))
+            if p.recompute == "selective" and p.selective_recompute == "alternate_gemms":
+                saved = alternate_gemm_saved(fwd, alternate_gemm_recompute(temps),
+                                             self.layer_input_bytes)
+            else:
+                saved = sum(t.saved.evaluate(env) for t in temps
+                            if not (p.recompute == "selective" and t.attn_core))
             if self.lora is not None:
                 ll = lora_layer(fwd, bwd, self.lora)
                 fwd, bwd, saved = ll.forward, ll.backward, saved + ll.saved
@@ -318,6 +374,9 @@ class ChunkBinder:
         lparams: list[tuple[int, float, float]] = []
         lsaved_list: list[tuple[int, float]] = []
         frozen = 0.0
+        selective = p.recompute == "selective"
+        op_level = selective and p.selective_recompute == "alternate_gemms"
+        attn_level = selective and not op_level
         if first:
             temps = embedding_template(layer_structure(run, "dense"))
             e_ops = [_bind(t, env, -1, prec, current_scaling=self.cs) for t in temps]
@@ -366,16 +425,20 @@ class ChunkBinder:
             body: list[Op] = []
             if full:
                 body += at_layer(lf, layer, "recompute")
-            if p.recompute != "selective":  # every operator's backward, last first
+            elif op_level:
+                body += at_layer([o for o, again in zip(lf, alternate_gemm_recompute(temps),
+                                                        strict=True) if again],
+                                 layer, "recompute")
+            if not attn_level:  # every operator's backward, last first
                 body += at_layer(self._reversed_backward(kind, dtype), layer)
-            for i in range(len(l_fwd) - 1, -1, -1) if p.recompute == "selective" else ():
+            for i in range(len(l_fwd) - 1, -1, -1) if attn_level else ():
                 if temps[i].attn_core and (i == 0 or not temps[i - 1].attn_core):
                     core = [o for o, t in zip(l_fwd, temps, strict=True) if t.attn_core]
                     body += _as(core, "recompute")
                 body += at_layer(lb[i], layer)
             pre_b = [replace(g, category="backward", backward=True) for g in pre]
             bwd_layers.append(pre_b + body + post)
-            l_saved = (2.0 * env["Tsp"] * env["h"]) if full else lsaved
+            l_saved = self.layer_input_bytes if full else lsaved
             saved += l_saved
             lsaved_list.append((layer, l_saved))
         if last:
