@@ -397,9 +397,13 @@ class ChunkBinder:
             l_fwd = at_layer(lf, layer)
             dparams, eparams = layer_params(layer)
             temps = _layer_templates(run, kind)
+            # op-level checkpointing: which forward operators re-run (counted on the base
+            # layer's GEMMs, so LoRA adapters share their base operator's flag)
+            again = alternate_gemm_recompute(temps) if op_level else ()
             if self.lora is not None:  # frozen base weights; the adapters are trained
                 origin, adapters = self._lora[(kind, self.prec if dtype is None else dtype)]
                 temps = tuple(temps[j] for j in origin)
+                again = tuple(again[j] for j in origin) if op_level else ()
                 frozen += dparams + eparams
                 dparams, eparams = adapters, 0.0
             dense_params += dparams
@@ -426,9 +430,8 @@ class ChunkBinder:
             if full:
                 body += at_layer(lf, layer, "recompute")
             elif op_level:
-                body += at_layer([o for o, again in zip(lf, alternate_gemm_recompute(temps),
-                                                        strict=True) if again],
-                                 layer, "recompute")
+                body += at_layer([o for o, a in zip(lf, again, strict=True) if a], layer,
+                                 "recompute")
             if not attn_level:  # every operator's backward, last first
                 body += at_layer(self._reversed_backward(kind, dtype), layer)
             for i in range(len(l_fwd) - 1, -1, -1) if attn_level else ():
