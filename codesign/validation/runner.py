@@ -11,7 +11,7 @@ import numpy as np
 
 from codesign.api import simulate_run
 from codesign.errors import InfeasiblePlan
-from codesign.report.training import TrainingReport
+from codesign.report.training import MEMORY_KEYS, TrainingReport
 from codesign.runtime import progress_bar
 from codesign.specs.run import TrainingRun
 from codesign.units import TFLOPS, GiB
@@ -74,8 +74,9 @@ def predicted_metric(report: TrainingReport, run: TrainingRun, m: Measurement) -
     return 100 * tflops * TFLOPS / run.gpu.peak_flops(run.parallel.dtype)
 
 
-#: the memory parts that are exact arithmetic of the plan (bytes per parameter and sharding)
-MODEL_STATES = ("weights", "gradients", "optimizer")
+#: the memory parts that are exact arithmetic of the plan (bytes per parameter and sharding):
+#: the report's memory keys before the activations
+MODEL_STATES = MEMORY_KEYS[:MEMORY_KEYS.index("activations")]
 
 
 def _unchecked(run: TrainingRun) -> TrainingReport:

@@ -195,7 +195,7 @@ def recomputes_layer(p: ParallelismSpec, index: int) -> bool:
 #: ``_get_default_save_ops``: reduce_scatter_tensor, all_to_all_single); others re-run
 SAC_SAVED_COMMS = ("reduce_scatter", "all_to_all")
 #: bytes per element of a saved activation (bf16; an FP8 GEMM still writes bf16 outputs)
-SAVED_ACTIVATION_BYTES = 2.0
+SAVED_ACTIVATION_BYTES = DTYPE_BYTES["bf16"]
 
 
 def alternate_gemm_recompute(temps: Sequence[OpTemplate]) -> tuple[bool, ...]:
@@ -298,6 +298,7 @@ class ChunkBinder:
         #: LoRA: (template index of each forward operator, adapter parameters) per key
         self._lora: dict[tuple[str, str], tuple[list[int], float]] = {}
         self._flat: dict[tuple[str, str], list[Op]] = {}
+        self._again: dict[str, tuple[bool, ...]] = {}
 
     def layer_ops(self, kind: str,
                   dtype: str | None = None) -> tuple[list[Op], list[list[Op]], float]:
@@ -316,7 +317,7 @@ class ChunkBinder:
             fwd = [_bind(t, env, 0, prec, self.prec, self.cs) for t in temps]
             bwd = [backward_of(o, t) for o, t in zip(fwd, temps, strict=True)]
             if p.recompute == "selective" and p.selective_recompute == "alternate_gemms":
-                saved = alternate_gemm_saved(fwd, alternate_gemm_recompute(temps),
+                saved = alternate_gemm_saved(fwd, self.alternate_gemms(kind),
                                              self.layer_input_bytes)
             else:
                 saved = sum(t.saved.evaluate(env) for t in temps
@@ -327,6 +328,12 @@ class ChunkBinder:
                 self._lora[key] = (ll.origin, ll.params)
             self._bound[key] = (fwd, bwd, saved)
         return self._bound[key]
+
+    def alternate_gemms(self, kind: str) -> tuple[bool, ...]:
+        """:func:`alternate_gemm_recompute` of the layer kind's templates (once per kind)."""
+        if kind not in self._again:
+            self._again[kind] = alternate_gemm_recompute(_layer_templates(self.run, kind))
+        return self._again[kind]
 
     def _reversed_backward(self, kind: str, dtype: str | None) -> list[Op]:
         """The backward operators of :meth:`layer_ops`, the last forward operator's first
@@ -399,7 +406,7 @@ class ChunkBinder:
             temps = _layer_templates(run, kind)
             # op-level checkpointing: which forward operators re-run (counted on the base
             # layer's GEMMs, so LoRA adapters share their base operator's flag)
-            again = alternate_gemm_recompute(temps) if op_level else ()
+            again = self.alternate_gemms(kind) if op_level else ()
             if self.lora is not None:  # frozen base weights; the adapters are trained
                 origin, adapters = self._lora[(kind, self.prec if dtype is None else dtype)]
                 temps = tuple(temps[j] for j in origin)
