@@ -145,6 +145,14 @@ class ParallelismSpec(Spec):
     overlap_param_gather: bool = Field(
         default=True, description="overlap parameter all-gathers with compute",
         json_schema_extra={"search": "switch", "order": 11})
+    regather_for_recompute: bool = Field(
+        default=False,
+        description="ZeRO-3 with recompute: the recomputed forward gathers a layer's "
+                    "parameters and frees them again, and its backward gathers them once more "
+                    "(DeepSpeed: the recompute fires ZeRO-3's forward hooks, DeepSpeed issue "
+                    "#4784); False: one backward gather serves both (PyTorch FSDP keeps the "
+                    "unsharded parameters through the recompute)",
+        json_schema_extra={"column": False})
     tp_comm_overlap: bool = Field(default=False, description="overlap TP communication with GEMMs",
                                   json_schema_extra={"search": "switch", "order": 9})
     pipeline_scatter_gather: bool = Field(

@@ -402,6 +402,7 @@ def map_row(row: dict[str, str]) -> MappedCase:
     plan["sequence_parallel"] = sp
     plan["zero_stage"] = zero
     plan.update(_framework_settings(fw, tp, sp, gpu, notes))
+    plan.update(_sharding_settings(row, fw, zero, notes))
     if "placement_order" in plan:
         notes.append(f"rank placement {', '.join(plan['placement_order'])} "
                      f"(innermost first; {fw} default)")
@@ -505,6 +506,7 @@ def _searched_case(row: dict[str, str], fw: str, notes: list[str], measurement: 
                  overlap_param_gather=defaults.overlap_param_gather,
                  tp_comm_overlap=False)
     fixed.update(_framework_settings(fw, 2, True, gpu, notes))
+    fixed.update(_sharding_settings(row, fw, stated["zero"], notes))
     fixed.update(_era_settings(row, fw, notes))
     fixed.update(_attention_settings(row, fw, notes))
     if fixed["tp_comm_overlap"]:
@@ -622,6 +624,56 @@ def _framework_settings(fw: str, tp: int, sp: bool, gpu: GpuSpec,
         # the tapered layer (Llama 3 report, arXiv 2407.21783, Sec. 3.3.2)
         return {"placement_order": ("tp", "cp", "ep", "pp", "dp")}
     return {}
+
+
+#: frameworks whose own sharding a ZeRO-3 row means (FSDP / FSDP2, MaxText's fsdp axis,
+#: Meta's stack): their ZeRO-3 is never DeepSpeed's
+_OWN_SHARDING = ("torchtitan", "mosaicml", "maxtext", "llama3")
+
+
+def deepspeed_zero3(row: dict[str, str], fw: str, zero: int) -> bool:
+    """Whether the row's full sharding (ZeRO stage 3) is DeepSpeed's: the row names DeepSpeed,
+    or writes the stage in DeepSpeed's vocabulary ("ZeRO-3", "ZeRO stage 3") rather than
+    FSDP's, in a framework without its own sharding (a Megatron-LM paper's ZeRO-3 baseline
+    is a DeepSpeed run, Narayanan et al. 2021 Sec. 5.2)."""
+    if zero != 3 or fw in _OWN_SHARDING:
+        return False
+    cell = row.get("zero_fsdp", "").lower()
+    text = " ".join((cell, row.get("notes", ""), row.get("source", ""))).lower()
+    return "deepspeed" in text or ("zero" in cell and "fsdp" not in cell)
+
+
+#: last year whose DeepSpeed ZeRO-3 gathered parameters on demand, not overlapped: "the async
+#: version is not async at all, because each all_gather calls torch.cuda.synchronize()"
+#: (DeepSpeed PR #1188, June 2021); working prefetch came with PR #1453 (Oct 2021, "Various
+#: ZeRO Stage3 Optimizations", 54.9 -> 92.1 TFLOP/s per A100 on Roberta-10B)
+DEEPSPEED_SYNC_GATHER_UNTIL = 2021
+
+
+def _sharding_settings(row: dict[str, str], fw: str, zero: int,
+                       notes: list[str]) -> dict[str, Any]:
+    """Plan settings DeepSpeed's ZeRO-3 fixes. Its parameter all-gathers and gradient
+    reduce-scatters are single collectives over the whole data-parallel group, not the
+    two-level (intra-node, then per-rail) scheme NCCL-aware FSDP stacks get from ``auto``;
+    the two-level forms came later and are opt-in (MiCS hierarchical gather,
+    ``mics_hierarchical_params_gather``; ZeRO++ hpZ, ``zero_hpz_partition_size``, Wang et al.
+    2023, arXiv 2306.10209, whose Sec. 3 counts the full model size crossing nodes per
+    ZeRO-3 pass). A recomputed layer's forward gathers its parameters again
+    (``regather_for_recompute``). Gradient reduction overlaps the backward (``overlap_comm``
+    defaults to true at stage 3, ``DeepSpeedZeroConfig``); parameter prefetch does from 2022
+    on (:data:`DEEPSPEED_SYNC_GATHER_UNTIL`)."""
+    if not deepspeed_zero3(row, fw, zero):
+        return {}
+    year = source_year(row)
+    sync = year is not None and year <= DEEPSPEED_SYNC_GATHER_UNTIL
+    notes.append("ZeRO-3 is DeepSpeed's: parameter all-gathers and gradient reduce-scatters "
+                 "are flat rings over the whole data-parallel group (every GPU's share "
+                 "crosses its own NIC); a recomputed layer gathers its parameters again; "
+                 + (f"parameters gathered on demand, not prefetched (DeepSpeed {year}: "
+                    "synchronous all-gathers)" if sync else
+                    "parameters prefetched and gradients reduced during compute"))
+    return {"collective_algorithm": "ring", "overlap_grad_reduce": True,
+            "overlap_param_gather": not sync, "regather_for_recompute": True}
 
 
 #: torchtitan's last year whose pipeline default was a micro-batch count equal to the number

@@ -436,6 +436,8 @@ class ChunkBinder:
             body: list[Op] = []
             if full:
                 body += at_layer(lf, layer, "recompute")
+                if zero3 and p.regather_for_recompute:  # freed after the recompute
+                    body += [replace(g, category="backward", backward=True) for g in pre]
             elif op_level:
                 body += at_layer([o for o, a in zip(lf, again, strict=True) if a], layer,
                                  "recompute")

@@ -1,0 +1,85 @@
+"""DeepSpeed's ZeRO-3 as a row describes it: flat rings over the whole data-parallel group, a
+second parameter gather for a recomputed layer, and (in 2021) gathers that block the compute
+(DeepSpeed PR #1188: "each all_gather calls torch.cuda.synchronize()"). The reading is
+checked on rows in the schema of ``shared/validation``, the timing by hand on the tiny model:
+a blocking gather lies on the critical path, so the re-gather adds exactly one layer gather
+per layer to the step."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import fast_network, tiny_run
+
+from codesign.api import build_models, simulate_run
+from codesign.validation.training_cases import deepspeed_zero3, framework_of, map_row
+
+# Narayanan et al. 2021 Table 2 style: a DeepSpeed ZeRO-3 baseline in a Megatron-LM paper
+_ROW = {"case_id": "Z1", "source": "Narayanan et al. 2021 (arXiv 2104.04473, SC21)",
+        "model": "GPT-3 175B", "num_layers": "96", "hidden_size": "12288", "num_heads": "96",
+        "seq_len": "2048", "vocab_size": "51200", "gpu_type": "A100-SXM4-80GB",
+        "num_gpus": "384", "gpus_per_node": "8", "tp": "1", "pp": "1", "dp": "384",
+        "zero_fsdp": "ZeRO-3 (DeepSpeed), no model parallelism",
+        "activation_recompute": "full", "global_batch_size": "1536", "micro_batch_size": "4",
+        "tflops_per_gpu": "144", "precision": "fp16"}
+
+
+@pytest.mark.parametrize(("zero", "source", "notes", "expected"), [
+    ("ZeRO-3 (DeepSpeed), no model parallelism", _ROW["source"], "", True),
+    ("ZeRO stage 3", _ROW["source"], "", True),  # DeepSpeed's word for the stage
+    ("3", "a 2023 blog post", "DeepSpeed ZeRO-3 with activation checkpointing", True),
+    ("FSDP (ZeRO-3 equivalent)", "a 2023 blog post", "", False),  # PyTorch's sharding
+    ("ZeRO-3", "torchtitan 2024, Llama 3 8B", "", False),  # FSDP2 in torchtitan
+    ("ZeRO-1", _ROW["source"], "DeepSpeed", False),  # not stage 3
+])
+def test_which_zero3_is_deepspeeds(zero: str, source: str, notes: str,
+                                   expected: bool) -> None:
+    row = {**_ROW, "zero_fsdp": zero, "source": source, "notes": notes}
+    stage = 1 if zero == "ZeRO-1" else 3
+    assert deepspeed_zero3(row, framework_of(row), stage) is expected
+
+
+def test_a_2021_deepspeed_zero3_row_gathers_on_demand_over_flat_rings() -> None:
+    case = map_row(_ROW)
+    par = case.candidates[0][0].parallel
+    assert (par.zero_stage, par.collective_algorithm) == (3, "ring")
+    assert par.regather_for_recompute and par.overlap_grad_reduce
+    assert not par.overlap_param_gather  # synchronous all-gathers in 2021
+    assert any("ZeRO-3 is DeepSpeed's" in a for a in case.assumptions)
+
+
+def test_a_later_deepspeed_zero3_row_prefetches() -> None:
+    row = {**_ROW, "source": "a 2023 DeepSpeed blog post", "notes": ""}
+    par = map_row(row).candidates[0][0].parallel
+    assert par.collective_algorithm == "ring" and par.overlap_param_gather
+
+
+def test_an_fsdp_row_keeps_the_two_level_collectives() -> None:
+    row = {**_ROW, "zero_fsdp": "FSDP", "source": "a 2024 blog post", "notes": ""}
+    par = map_row(row).candidates[0][0].parallel
+    assert par.collective_algorithm == "auto" and not par.regather_for_recompute
+
+
+def _zero3(regather: bool):  # type: ignore[no-untyped-def]
+    # 2 ranks on a network slow enough that the gathers matter; one micro-batch per rank
+    return tiny_run(2, global_batch_size=2, zero_stage=3, recompute="full",
+                    overlap_param_gather=False, regather_for_recompute=regather)
+
+
+def test_the_recompute_regather_adds_one_blocking_layer_gather_per_layer() -> None:
+    """Blocking gathers: each one lies on the critical path, so gathering every layer's
+    parameters a second time (after its recompute, before its backward) lengthens the step
+    by num_layers x the time of one layer's all-gather."""
+    slow = fast_network(bandwidth_GBps=1.0, latency_us=5.0)
+    once = _zero3(False).model_copy(update={"topology": slow})
+    twice = _zero3(True).model_copy(update={"topology": slow})
+    graph, _, network = build_models(twice)
+    gathers = [o for o in graph.chunks[0].backward if o.name == "param_gather"]
+    layers = twice.model.num_layers
+    assert len(gathers) == 2 * layers  # one before the recompute, one before the backward
+    assert len([o for o in build_models(once)[0].chunks[0].backward
+                if o.name == "param_gather"]) == layers
+    layer_gather = network.collective("all_gather", "dp", gathers[0].size).time_s
+    assert layer_gather > 0
+    t_once, t_twice = simulate_run(once).step_time_s, simulate_run(twice).step_time_s
+    assert t_once is not None and t_twice is not None
+    assert t_twice - t_once == pytest.approx(layers * layer_gather, rel=1e-9)
