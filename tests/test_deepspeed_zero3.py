@@ -83,3 +83,17 @@ def test_the_recompute_regather_adds_one_blocking_layer_gather_per_layer() -> No
     t_once, t_twice = simulate_run(once).step_time_s, simulate_run(twice).step_time_s
     assert t_once is not None and t_twice is not None
     assert t_twice - t_once == pytest.approx(layers * layer_gather, rel=1e-9)
+
+
+@pytest.mark.parametrize(("notes", "overlap"), [
+    ("Megatron-DeepSpeed, ZeRO-1", False),  # overlap_comm defaults to false below stage 3
+    ("Megatron-DeepSpeed, ZeRO-1, overlap_comm: true", True),
+])
+def test_deepspeed_below_stage_3_reduces_after_the_backward(notes: str, overlap: bool) -> None:
+    row = {**_ROW, "source": "BigScience 2022, BLOOM-176B (Megatron-DeepSpeed)",
+           "zero_fsdp": "ZeRO-1", "tp": "4", "pp": "12", "dp": "8", "notes": notes}
+    case = map_row(row)
+    assert case.framework == "deepspeed"
+    par = case.candidates[0][0].parallel
+    assert (par.overlap_grad_reduce, par.overlap_param_gather) == (overlap, overlap)
+    assert par.collective_algorithm == "auto" and not par.regather_for_recompute

@@ -652,16 +652,25 @@ DEEPSPEED_SYNC_GATHER_UNTIL = 2021
 
 def _sharding_settings(row: dict[str, str], fw: str, zero: int,
                        notes: list[str]) -> dict[str, Any]:
-    """Plan settings DeepSpeed's ZeRO-3 fixes. Its parameter all-gathers and gradient
-    reduce-scatters are single collectives over the whole data-parallel group, not the
+    """Plan settings DeepSpeed fixes. Below ZeRO-3 its gradient reduction and parameter
+    gathers do not overlap compute (``overlap_comm`` defaults to ``stage == 3``,
+    ``DeepSpeedZeroConfig``) unless the row says so. At ZeRO-3 its parameter all-gathers and
+    gradient reduce-scatters are single collectives over the whole data-parallel group, not the
     two-level (intra-node, then per-rail) scheme NCCL-aware FSDP stacks get from ``auto``;
     the two-level forms came later and are opt-in (MiCS hierarchical gather,
     ``mics_hierarchical_params_gather``; ZeRO++ hpZ, ``zero_hpz_partition_size``, Wang et al.
     2023, arXiv 2306.10209, whose Sec. 3 counts the full model size crossing nodes per
     ZeRO-3 pass). A recomputed layer's forward gathers its parameters again
-    (``regather_for_recompute``). Gradient reduction overlaps the backward (``overlap_comm``
-    defaults to true at stage 3, ``DeepSpeedZeroConfig``); parameter prefetch does from 2022
-    on (:data:`DEEPSPEED_SYNC_GATHER_UNTIL`)."""
+    (``regather_for_recompute``). Gradient reduction overlaps the backward; parameter
+    prefetch does from 2022 on (:data:`DEEPSPEED_SYNC_GATHER_UNTIL`)."""
+    if fw == "deepspeed" and zero < 3:
+        if re.search(r"overlap[_ ]comm\W{0,3}(?:true|on|1|enabled)", _prose(row).lower()):
+            notes.append("DeepSpeed overlap_comm on (as the row states)")
+            return {}
+        notes.append(f"DeepSpeed ZeRO-{zero}: gradients reduced and parameters gathered after "
+                     "the backward, not overlapped (overlap_comm defaults to false below "
+                     "stage 3; the pipeline engine reduces after its last micro-batch)")
+        return {"overlap_grad_reduce": False, "overlap_param_gather": False}
     if not deepspeed_zero3(row, fw, zero):
         return {}
     year = source_year(row)
