@@ -433,11 +433,12 @@ class ChunkBinder:
                         for g in gathers]
             fwd += pre + l_fwd
             # backward of this layer, in reverse operator order, with recompute
+            pre_b = [replace(g, category="backward", backward=True) for g in pre]
             body: list[Op] = []
             if full:
                 body += at_layer(lf, layer, "recompute")
-                if zero3 and p.regather_for_recompute:  # freed after the recompute
-                    body += [replace(g, category="backward", backward=True) for g in pre]
+                if p.regather_for_recompute:  # ZeRO-3: freed after the recompute
+                    body += pre_b
             elif op_level:
                 body += at_layer([o for o, a in zip(lf, again, strict=True) if a], layer,
                                  "recompute")
@@ -448,7 +449,6 @@ class ChunkBinder:
                     core = [o for o, t in zip(l_fwd, temps, strict=True) if t.attn_core]
                     body += _as(core, "recompute")
                 body += at_layer(lb[i], layer)
-            pre_b = [replace(g, category="backward", backward=True) for g in pre]
             bwd_layers.append(pre_b + body + post)
             l_saved = self.layer_input_bytes if full else lsaved
             saved += l_saved
