@@ -102,6 +102,11 @@ def test_ep_overlap(text: str, value: bool | None) -> None:
     assert prose.read_ep_overlap(text) is value, text
 
 
+@pytest.mark.parametrize(("text", "value"), DATA["overlap_comm"])
+def test_overlap_comm(text: str, value: bool | None) -> None:
+    assert prose.read_overlap_comm(text) is value, text
+
+
 @pytest.mark.parametrize(("text", "value"), DATA["dispatcher"])
 def test_dispatcher(text: str, value: str | None) -> None:
     assert prose.read_dispatcher(text) == value, text

@@ -233,6 +233,20 @@ def read_ep_overlap(text: str) -> bool | None:
     return _first_match(EP_OVERLAP_PATTERNS, text.lower())
 
 
+#: (pattern, overlapped); first match wins. DeepSpeed's ``overlap_comm`` switch as a row
+#: writes it ("overlap_comm: true", "overlap_comm=1", "overlap comm enabled")
+OVERLAP_COMM_PATTERNS: tuple[tuple[str, bool], ...] = (
+    (r"overlap[_ ]comm\W{0,3}(?:false|off|0|disabled)", False),
+    (r"overlap[_ ]comm\W{0,3}(?:true|on|1|enabled)", True),
+)
+
+
+def read_overlap_comm(text: str) -> bool | None:
+    """DeepSpeed's ``overlap_comm`` as a row's prose states it
+    (:data:`OVERLAP_COMM_PATTERNS`); ``None`` when it says nothing of it."""
+    return _first_match(OVERLAP_COMM_PATTERNS, text.lower())
+
+
 #: (pattern, dispatcher); first match wins. MoE token dispatchers as reports name them:
 #: DeepEP / HybridEP and Megatron-Core's flex dispatcher forward a token once per destination
 #: node (``deepep``); DeepSeek-V3 describes the same kernels as IB-then-NVLink forwarding

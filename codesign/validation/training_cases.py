@@ -61,6 +61,7 @@ from codesign.validation.prose import (
     read_interleave,
     read_nic_gbps,
     read_number,
+    read_overlap_comm,
     read_precision,
     read_recompute,
     read_recompute_layers,
@@ -664,7 +665,7 @@ def _sharding_settings(row: dict[str, str], fw: str, zero: int,
     (``regather_for_recompute``). Gradient reduction overlaps the backward; parameter
     prefetch does from 2022 on (:data:`DEEPSPEED_SYNC_GATHER_UNTIL`)."""
     if fw == "deepspeed" and zero < 3:
-        if re.search(r"overlap[_ ]comm\W{0,3}(?:true|on|1|enabled)", _prose(row).lower()):
+        if read_overlap_comm(_prose(row)):
             notes.append("DeepSpeed overlap_comm on (as the row states)")
             return {}
         notes.append(f"DeepSpeed ZeRO-{zero}: gradients reduced and parameters gathered after "
