@@ -208,6 +208,35 @@ def test_estimate_agrees_with_blocking_scatter_gathered_sends() -> None:
     assert checked >= 3
 
 
+@pytest.mark.parametrize("overlap", [False, True])
+def test_estimate_agrees_with_zero3_regathers_after_the_recompute(overlap: bool) -> None:
+    # DeepSpeed ZeRO-3 under full recompute gathers each layer's parameters for the
+    # recompute and again for the backward (ParallelismSpec.regather_for_recompute); the
+    # estimate prices the second gather where the engine runs it, between the recompute
+    # and the backward, blocking or prefetched
+    run = build_run(model="llama3-8b", gpu="a100", num_gpus=64, global_batch_size=64,
+                    seq_len=2048, zero_stage=3, recompute="full",
+                    overlap_param_gather=overlap, regather_for_recompute=True)
+    space = SearchSpace(tp=[1, 2], pp=[1], micro_batch_size=[1], recompute=["full"],
+                        zero_stage=[3], overlap_param_gather=[overlap])
+    en = enumerate_plans(run, space)
+    est = Estimator(en.base)
+    checked = 0
+    for point in en.plans:
+        e = est.estimate(point)
+        planned = plan_run(en.base, point)
+        assert planned.parallel.overlap_param_gather == overlap
+        r = simulate_run(planned)
+        once = simulate_run(planned.model_copy(update={"parallel": planned.parallel.model_copy(
+            update={"regather_for_recompute": False})}))
+        assert e.feasible and r.feasible and once.feasible
+        if not overlap:  # blocking: the second gathers lie on the engine's critical path
+            assert r.step_time_s > once.step_time_s * 1.05
+        assert e.step_time_s == pytest.approx(r.step_time_s, rel=0.01)
+        checked += 1
+    assert checked >= 2
+
+
 @pytest.mark.parametrize("name", ["dense", "moe", "dense-zb", "moe-zb"])
 def test_estimate_ranks_like_the_engine(sampled: dict[str, list[tuple[Any, Any]]],
                                         name: str) -> None:

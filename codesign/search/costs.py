@@ -209,13 +209,18 @@ class Zero3Groups:
     expert_n: int
     overlap_param_gather: bool
     overlap_grad_reduce: bool
+    #: the parameters are gathered again after each layer's recompute (DeepSpeed's ZeRO-3
+    #: frees them when the recompute's forward ends: ``ParallelismSpec.regather_for_recompute``
+    #: under full recompute), as the engine's step program does
+    regather: bool = False
 
 
 def _zero3_ops(lc: LayerCosts, sig: Signature, g: Zero3Groups,
                dur: dict[str, float]) -> dict[str, list[Op]]:
     """Per phase: the chunk's layers as compute blocks (durations into ``dur``) with the
-    engine's per-layer parameter gathers (before each layer, forward and backward) and
-    gradient reduce-scatters (after each layer's weight gradients)."""
+    engine's per-layer parameter gathers (before each layer, forward and backward; with
+    ``g.regather`` once more between a layer's recompute and its backward) and gradient
+    reduce-scatters (after each layer's weight gradients)."""
     kinds, first, last = sig
     pre = "prefetch" if g.overlap_param_gather else "none"
     post = "async" if g.overlap_grad_reduce else "none"
@@ -262,7 +267,12 @@ def _zero3_ops(lc: LayerCosts, sig: Signature, g: Zero3Groups,
         d, e = lc.params[k]
         gs = gathers(d, e, i, "backward")
         bwd += gs
-        bwd.append(block(f"b{i}", lc.per["B"][k].time_s, i, "backward"))
+        b = lc.per["B"][k]
+        again = b.parts[IDX["recompute"]] if g.regather else 0.0
+        if again > 0:  # the recompute, the second gather, then the backward proper
+            bwd.append(block(f"r{i}", again, i, "recompute"))
+            bwd += gathers(d, e, i, "backward")
+        bwd.append(block(f"b{i}", b.time_s - again, i, "backward"))
         if split:
             wgt.append(block(f"w{i}", lc.per["W"][k].time_s, i, "backward"))
             wgt += reduces(gs, i)

@@ -340,7 +340,8 @@ class Estimator:
         if not (p.zero == 3 and p.dense_n > 1):
             return self.compute_costs(p)
         groups = Zero3Groups(p.dense_grp, p.expert_grp, p.dense_n, p.expert_n,
-                             p.par.overlap_param_gather, p.par.overlap_grad_reduce)
+                             p.par.overlap_param_gather, p.par.overlap_grad_reduce,
+                             p.par.regather_for_recompute and p.par.recompute == "full")
         place = (p.net.placement(p.dense_grp), p.net.placement(p.expert_grp))
         out = []
         for sig in p.sigs:
