@@ -17,7 +17,6 @@ from codesign.hardware.compute import ComputeModel
 from codesign.ir import Op
 from codesign.specs.catalog import load_gpu
 from codesign.specs.parallel import ParallelismSpec
-from codesign.validation.prose import read_fp8_recipe
 from codesign.validation.training_cases import map_row
 
 H100_STREAM = 3.35e12 * 0.87  # achieved HBM bytes/s (hardware/h100-sxm.yaml)
@@ -69,13 +68,6 @@ def test_bad_recipe_names_the_field() -> None:
         ParallelismSpec.parse({"fp8_recipe": "sometimes"}, "plan")
 
 
-@pytest.mark.parametrize(("cell", "recipe"), [
-    ("FP8-CS", "current"), ("FP8-CS (FP8-MX)", "current"), ("fp8 current scaling", "current"),
-    ("FP8 delayed scaling", "delayed"), ("FP8", None), ("BF16", None), ("FP8-MX", None)])
-def test_precision_cell_names_the_recipe(cell: str, recipe: str | None) -> None:
-    assert read_fp8_recipe(cell) == recipe
-
-
 def test_validation_rows_map_fp8_cs_to_current_scaling() -> None:
     path = Path(__file__).parent.parent / "experiments" / "validation" / "training_cases.csv"
     rows = {r["case_id"]: r for r in csv.DictReader(path.open())}
@@ -83,3 +75,26 @@ def test_validation_rows_map_fp8_cs_to_current_scaling() -> None:
     assert {run.parallel.fp8_recipe for grp in cs.candidates for run in grp} == {"current"}
     plain = map_row(rows["T081"])  # "FP8" (NeMo 2024): recipe not stated, delayed
     assert {run.parallel.fp8_recipe for grp in plain.candidates for run in grp} == {"delayed"}
+
+
+_TITAN = {"case_id": "W1", "source": "pytorch/torchtitan docs/float8.md",
+          "model": "Llama 3.1 8B", "gpu_type": "H100 SXM5 80GB", "num_gpus": "8",
+          "gpus_per_node": "8", "tp": "1", "pp": "1", "zero_fsdp": "FSDP2 (fully_shard)",
+          "activation_recompute": "selective", "global_batch_size": "16",
+          "micro_batch_size": "2", "seq_len": "8192", "iteration_time_s": "2.0"}
+
+
+@pytest.mark.parametrize(("precision", "recipe", "rowwise_note"), [
+    ("FP8 (Float8; scaling recipe not stated)", "current", False),  # torchao: dynamic
+    ("FP8 (Float8 tensorwise)", "current", False),
+    ("FP8 (Float8 rowwise)", "current", True),
+    ("FP8 (delayed scaling)", "delayed", False),  # the cell's word wins
+])
+def test_torchtitan_fp8_rows_scale_dynamically(precision: str, recipe: str,
+                                               rowwise_note: bool) -> None:
+    case = map_row({**_TITAN, "precision": precision})
+    assert case.framework == "torchtitan"
+    assert {run.parallel.fp8_recipe for grp in case.candidates for run in grp} == {recipe}
+    notes = " ".join(case.assumptions)
+    assert f"FP8 scaling recipe: {recipe}" in notes
+    assert ("row-wise GEMM kernel" in notes) is rowwise_note

@@ -157,3 +157,8 @@ def test_nearby_batches_widest_dp_first_within_ten_percent() -> None:
 @pytest.mark.parametrize(("text", "value"), DATA["attention_kernel"])
 def test_attention_kernel(text: str, value: str | None) -> None:
     assert prose.read_attention_kernel(text) == value, text
+
+
+@pytest.mark.parametrize(("text", "recipe"), DATA["fp8_recipe"])
+def test_fp8_recipe(text: str, recipe: str | None) -> None:
+    assert prose.read_fp8_recipe(text) == recipe, text

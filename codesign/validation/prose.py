@@ -380,18 +380,28 @@ def read_precision(text: str) -> str:
     return "bf16"
 
 
+#: (pattern, recipe); first match wins. The FP8 scaling recipes as precision cells write
+#: them: Transformer Engine's delayed scaling ("FP8-DS", "delayed scaling", amax history),
+#: per-tensor current scaling ("FP8-CS", NeMo / Megatron-Bridge tables) and torchao's
+#: dynamic recipes, which scale from the tensor being cast as current scaling does
+#: ("tensorwise: dynamic per-tensor scaling", "rowwise: dynamic rowwise scaling",
+#: ``torchao.float8.Float8LinearRecipeName``): "dynamic scaling", "tensorwise", "rowwise".
+FP8_RECIPE_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"fp8[-_ ]?ds\b|delayed[-_ ]scal|amax[-_ ]history", "delayed"),
+    (r"fp8[-_ ]?cs\b|current[-_ ]scal|dynamic[-_ ](?:\w+[-_ ])?scal|tensor[-_ ]?wise"
+     r"|row[-_ ]?wise|per[-_ ]row", "current"),
+)
+
+
 def read_fp8_recipe(text: str) -> str | None:
-    """The FP8 scaling recipe a precision cell names: "current" for per-tensor current scaling
-    ("FP8-CS", "current scaling", NeMo / Megatron-Bridge tables), "delayed" when it says
-    delayed scaling, ``None`` when it names neither (or is not FP8)."""
+    """The FP8 scaling recipe a precision cell names (:data:`FP8_RECIPE_PATTERNS`):
+    "current" for scaling from the tensor itself (TE current scaling, torchao's dynamic
+    tensorwise / rowwise recipes), "delayed" for an amax history, ``None`` when it names
+    neither (or is not FP8)."""
     t = text.strip().lower()
     if not re.search(r"fp8|float8", t):
         return None
-    if re.search(r"fp8[-_ ]?cs\b|current[-_ ]scal", t):
-        return "current"
-    if re.search(r"fp8[-_ ]?ds\b|delayed[-_ ]scal", t):
-        return "delayed"
-    return None
+    return _first_match(FP8_RECIPE_PATTERNS, t)
 
 
 def read_global_batch(text: str, seq_len: int) -> tuple[int, tuple[str, ...]] | None:
@@ -527,9 +537,9 @@ def read_nic_gbps(text: str, gpus_per_node: int) -> tuple[float, str] | None:
     return None
 
 
-__all__ = ["DISPATCHER_PATTERNS", "EP_OVERLAP_PATTERNS", "NIC_PATTERNS",
+__all__ = ["DISPATCHER_PATTERNS", "EP_OVERLAP_PATTERNS", "FP8_RECIPE_PATTERNS", "NIC_PATTERNS",
            "RECOMPUTE_LAYERS_PATTERNS", "RECOMPUTE_PATTERNS", "ZERO_PATTERNS", "Number",
-           "nearby_batches", "read_dispatcher", "read_ep_overlap", "read_global_batch",
-           "read_interleave", "read_lora", "read_nic_gbps", "read_number", "read_precision",
-           "read_recompute", "read_recompute_layers", "read_seconds", "read_seq_len",
-           "read_switch", "read_zero", "states_capacity_factor"]
+           "nearby_batches", "read_dispatcher", "read_ep_overlap", "read_fp8_recipe",
+           "read_global_batch", "read_interleave", "read_lora", "read_nic_gbps", "read_number",
+           "read_precision", "read_recompute", "read_recompute_layers", "read_seconds",
+           "read_seq_len", "read_switch", "read_zero", "states_capacity_factor"]

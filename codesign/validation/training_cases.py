@@ -376,6 +376,14 @@ def map_row(row: dict[str, str]) -> MappedCase:
     if recipe is not None:
         plan["fp8_recipe"] = recipe
         notes.append(f"FP8 scaling recipe: {recipe} (as the precision cell states)")
+        if re.search(r"row[-_ ]?wise|per[-_ ]row", row.get("precision", "").lower()):
+            notes.append("row-wise FP8 scales priced as per-tensor current scaling (an amax "
+                         "pass and a cast per operand); the row-wise GEMM kernel's own speed "
+                         "is not modelled (ASSUMPTION)")
+    elif dtype == "fp8" and fw in DYNAMIC_FP8_FRAMEWORKS:
+        plan["fp8_recipe"] = "current"
+        notes.append(f"FP8 scaling recipe: current ({fw} trains FP8 with torchao's Float8Linear,"
+                     " whose recipes scale each tensor from its own amax when it is cast)")
     dispatcher = read_dispatcher(prose) if model.moe is not None else None
     if dispatcher == "deepep":
         plan["moe_dispatcher"] = dispatcher
@@ -630,6 +638,11 @@ def _framework_settings(fw: str, tp: int, sp: bool, gpu: GpuSpec,
 #: frameworks whose own sharding a ZeRO-3 row means (FSDP / FSDP2, MaxText's fsdp axis,
 #: Meta's stack): their ZeRO-3 is never DeepSpeed's
 _OWN_SHARDING = ("torchtitan", "mosaicml", "maxtext", "llama3")
+#: frameworks whose FP8 runs use torchao's ``Float8Linear``: its recipes are dynamic
+#: ("TENSORWISE: Default, dynamic per-tensor scaling with the cuBLAS tensorwise kernel";
+#: "ROWWISE: Dynamic rowwise scaling", ``torchao.float8.Float8LinearRecipeName``), i.e. an
+#: amax pass over the tensor before its cast, as Transformer Engine's current scaling
+DYNAMIC_FP8_FRAMEWORKS = ("torchtitan",)
 
 
 def deepspeed_zero3(row: dict[str, str], fw: str, zero: int) -> bool:
