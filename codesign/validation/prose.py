@@ -386,10 +386,12 @@ def read_precision(text: str) -> str:
 #: dynamic recipes, which scale from the tensor being cast as current scaling does
 #: ("tensorwise: dynamic per-tensor scaling", "rowwise: dynamic rowwise scaling",
 #: ``torchao.float8.Float8LinearRecipeName``): "dynamic scaling", "tensorwise", "rowwise".
+#: row-wise FP8 scales (torchao "rowwise"), a kind of current scaling
+FP8_ROWWISE = r"row[-_ ]?wise|per[-_ ]row"
 FP8_RECIPE_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"fp8[-_ ]?ds\b|delayed[-_ ]scal|amax[-_ ]history", "delayed"),
-    (r"fp8[-_ ]?cs\b|current[-_ ]scal|dynamic[-_ ](?:\w+[-_ ])?scal|tensor[-_ ]?wise"
-     r"|row[-_ ]?wise|per[-_ ]row", "current"),
+    (r"fp8[-_ ]?cs\b|current[-_ ]scal|dynamic[-_ ](?:\w+[-_ ])?scal|tensor[-_ ]?wise|"
+     + FP8_ROWWISE, "current"),
 )
 
 
@@ -537,7 +539,8 @@ def read_nic_gbps(text: str, gpus_per_node: int) -> tuple[float, str] | None:
     return None
 
 
-__all__ = ["DISPATCHER_PATTERNS", "EP_OVERLAP_PATTERNS", "FP8_RECIPE_PATTERNS", "NIC_PATTERNS",
+__all__ = ["DISPATCHER_PATTERNS", "EP_OVERLAP_PATTERNS", "FP8_RECIPE_PATTERNS", "FP8_ROWWISE",
+           "NIC_PATTERNS",
            "RECOMPUTE_LAYERS_PATTERNS", "RECOMPUTE_PATTERNS", "ZERO_PATTERNS", "Number",
            "nearby_batches", "read_dispatcher", "read_ep_overlap", "read_fp8_recipe",
            "read_global_batch", "read_interleave", "read_lora", "read_nic_gbps", "read_number",

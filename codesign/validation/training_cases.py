@@ -52,6 +52,7 @@ from codesign.validation.plan_rules import (
     stated_cells,
 )
 from codesign.validation.prose import (
+    FP8_ROWWISE,
     read_attention_kernel,
     read_capacity_factor,
     read_dispatcher,
@@ -376,7 +377,7 @@ def map_row(row: dict[str, str]) -> MappedCase:
     if recipe is not None:
         plan["fp8_recipe"] = recipe
         notes.append(f"FP8 scaling recipe: {recipe} (as the precision cell states)")
-        if re.search(r"row[-_ ]?wise|per[-_ ]row", row.get("precision", "").lower()):
+        if re.search(FP8_ROWWISE, row.get("precision", "").lower()):
             notes.append("row-wise FP8 scales priced as per-tensor current scaling (an amax "
                          "pass and a cast per operand); the row-wise GEMM kernel's own speed "
                          "is not modelled (ASSUMPTION)")
