@@ -411,13 +411,10 @@ def map_row(row: dict[str, str]) -> MappedCase:
                      f"({fw} default)")
     plan["sequence_parallel"] = sp
     plan["zero_stage"] = zero
-    plan.update(_framework_settings(fw, tp, sp, gpu, notes))
-    plan.update(_sharding_settings(row, fw, zero, notes))
+    plan.update(_row_settings(row, fw, tp, sp, gpu, zero, notes))
     if "placement_order" in plan:
         notes.append(f"rank placement {', '.join(plan['placement_order'])} "
                      f"(innermost first; {fw} default)")
-    plan.update(_era_settings(row, fw, notes))
-    plan.update(_attention_settings(row, fw, notes))
     dp = n // (tp * pp * cp) if tp * pp * cp else 0
     plan.update(expert_tp(fw, tp, cp, dp, ep, notes))
     mbs_list = _micro_batch_sizes(row, fw, gbs, dp, pp, notes)
@@ -515,10 +512,7 @@ def _searched_case(row: dict[str, str], fw: str, notes: list[str], measurement: 
     fixed.update(overlap_grad_reduce=defaults.overlap_grad_reduce,
                  overlap_param_gather=defaults.overlap_param_gather,
                  tp_comm_overlap=False)
-    fixed.update(_framework_settings(fw, 2, True, gpu, notes))
-    fixed.update(_sharding_settings(row, fw, stated["zero"], notes))
-    fixed.update(_era_settings(row, fw, notes))
-    fixed.update(_attention_settings(row, fw, notes))
+    fixed.update(_row_settings(row, fw, 2, True, gpu, stated["zero"], notes))
     if fixed["tp_comm_overlap"]:
         del fixed["tp_comm_overlap"]
     base = TrainingRun(model=model, gpu=gpu, topology=topo, num_gpus=n,
@@ -579,6 +573,16 @@ def _era_settings(row: dict[str, str], fw: str, notes: list[str]) -> dict[str, A
     notes.append(f"source dated {year}: unfused softmax attention (FlashAttention reached the "
                  f"frameworks in {FLASH_FROM_YEAR})")
     return {"flash_attention": False}
+
+
+def _row_settings(row: dict[str, str], fw: str, tp: int, sp: bool, gpu: GpuSpec, zero: int,
+                  notes: list[str]) -> dict[str, Any]:
+    """The plan settings a row's framework, sharding, era and attention kernel fix, merged in
+    that order (later readings win), for a stated plan and for a searched one alike."""
+    return {**_framework_settings(fw, tp, sp, gpu, notes),
+            **_sharding_settings(row, fw, zero, notes),
+            **_era_settings(row, fw, notes),
+            **_attention_settings(row, fw, notes)}
 
 
 def _attention_settings(row: dict[str, str], fw: str, notes: list[str]) -> dict[str, Any]:
