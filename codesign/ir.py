@@ -69,6 +69,9 @@ class Op:
     # the host waits for this op to finish before it issues the next kernel (a device-to-host
     # copy the host reads, e.g. dropless MoE split sizes); see codesign.engine.chunk.op_tasks
     host_sync: bool = False
+    # a prefetched parameter all-gather on its own stream beside its group's (False: queued
+    # in issue order on the group's stream; ParallelismSpec.param_gather_queue)
+    own_stream: bool = True
 
     @property
     def stream(self) -> str:
@@ -76,10 +79,11 @@ class Op:
         prefetched parameter all-gather has a stream of its own beside its group's, so it is
         not queued behind that group's gradient reduce-scatters (PyTorch FSDP's unshard /
         all-gather stream beside its reduce-scatter stream, torch.distributed.fsdp
-        ``_runtime_utils`` / FSDP2 ``FSDPCommContext``; Megatron-FSDP likewise)."""
+        ``_runtime_utils`` / FSDP2 ``FSDPCommContext``; Megatron-FSDP likewise) unless it is
+        queued on the group's stream (``own_stream`` False: DeepSpeed ZeRO-3)."""
         if self.kind != "comm":
             return "compute"
-        if self.overlap == "prefetch" and self.comm == "all_gather":
+        if self.overlap == "prefetch" and self.comm == "all_gather" and self.own_stream:
             return stream_of(self.group) + GATHER_STREAM_SUFFIX
         return stream_of(self.group)
 

@@ -1,9 +1,10 @@
 """DeepSpeed's ZeRO-3 as a row describes it: flat rings over the whole data-parallel group, a
-second parameter gather for a recomputed layer, and (in 2021) gathers that block the compute
-(DeepSpeed PR #1188: "each all_gather calls torch.cuda.synchronize()"). The reading is
-checked on rows in the schema of ``shared/validation``, the timing by hand on the tiny model:
-a blocking gather lies on the critical path, so the re-gather adds exactly one layer gather
-per layer to the step."""
+second parameter gather for a recomputed layer, and gathers queued in issue order behind the
+group's reduce-scatters (``param_gather_queue`` "group": a module's gather comes from its own
+hook, and ProcessGroupNCCL runs one group's collectives on one stream). The reading is
+checked on rows in the schema of ``shared/validation``, the timing by hand: a blocking gather
+lies on the critical path, so the re-gather adds exactly one layer gather per layer to the
+step; a queued gather starts after the reduce-scatter issued before it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import pytest
 from conftest import fast_network, tiny_run
 
 from codesign.api import build_models, simulate_run
+from codesign.engine.chunk import time_chunk
+from codesign.ir import Op
 from codesign.validation.training_cases import deepspeed_zero3, framework_of, map_row
 
 # Narayanan et al. 2021 Table 2 style: a DeepSpeed ZeRO-3 baseline in a Megatron-LM paper
@@ -38,19 +41,45 @@ def test_which_zero3_is_deepspeeds(zero: str, source: str, notes: str,
     assert deepspeed_zero3(row, framework_of(row), stage) is expected
 
 
-def test_a_2021_deepspeed_zero3_row_gathers_on_demand_over_flat_rings() -> None:
-    case = map_row(_ROW)
+@pytest.mark.parametrize("source", [_ROW["source"], "a 2023 DeepSpeed blog post"])
+def test_a_deepspeed_zero3_row_queues_its_gathers_on_the_group_over_flat_rings(
+        source: str) -> None:
+    case = map_row({**_ROW, "source": source})
     par = case.candidates[0][0].parallel
     assert (par.zero_stage, par.collective_algorithm) == (3, "ring")
     assert par.regather_for_recompute and par.overlap_grad_reduce
-    assert not par.overlap_param_gather  # synchronous all-gathers in 2021
+    assert par.overlap_param_gather and par.param_gather_queue == "group"
     assert any("ZeRO-3 is DeepSpeed's" in a for a in case.assumptions)
 
 
-def test_a_later_deepspeed_zero3_row_prefetches() -> None:
-    row = {**_ROW, "source": "a 2023 DeepSpeed blog post", "notes": ""}
-    par = map_row(row).candidates[0][0].parallel
-    assert par.collective_algorithm == "ring" and par.overlap_param_gather
+def _backward_of_two_layers(own_stream: bool) -> list[Op]:
+    """Two layers' backward as ZeRO-3 runs it: each layer's prefetched gather, its backward,
+    then its gradient reduce-scatter."""
+    ops: list[Op] = []
+    for layer in (1, 0):
+        ops += [Op(name="param_gather", kind="comm", category="backward", layer=layer,
+                   comm="all_gather", group="dp", size=1.0, overlap="prefetch",
+                   backward=True, own_stream=own_stream),
+                Op(name=f"b{layer}", kind="memory", category="backward", layer=layer),
+                Op(name="param_grad_reduce", kind="comm", category="backward", layer=layer,
+                   comm="reduce_scatter", group="dp", size=1.0, overlap="async",
+                   backward=True)]
+    return ops
+
+
+@pytest.mark.parametrize(("own_stream", "expected"), [
+    # gather 1, backward 2 and backward 2 again (the second gather ran during the first)
+    (True, 1.0 + 2 * 2.0),
+    # gather 1, backward 2, reduce-scatter 1, the second gather 1, backward 2
+    (False, 1.0 + 2.0 + 1.0 + 1.0 + 2.0),
+])
+def test_a_queued_gather_waits_for_the_reduce_scatter_issued_before_it(
+        own_stream: bool, expected: float) -> None:
+    """Hand timeline, every collective 1 s and every backward 2 s: on its own stream the
+    second layer's gather runs at once after the first; queued on the group's stream it
+    follows the first layer's reduce-scatter, which follows that layer's backward."""
+    timing = time_chunk(_backward_of_two_layers(own_stream), lambda op: 2.0, lambda op: 1.0)
+    assert timing.compute_time == pytest.approx(expected)
 
 
 def test_an_fsdp_row_keeps_the_two_level_collectives() -> None:

@@ -208,15 +208,19 @@ def test_estimate_agrees_with_blocking_scatter_gathered_sends() -> None:
     assert checked >= 3
 
 
-@pytest.mark.parametrize("overlap", [False, True])
-def test_estimate_agrees_with_zero3_regathers_after_the_recompute(overlap: bool) -> None:
+@pytest.mark.parametrize(("overlap", "queue"), [(False, "own"), (True, "own"),
+                                               (True, "group")])
+def test_estimate_agrees_with_zero3_regathers_after_the_recompute(overlap: bool,
+                                                                  queue: str) -> None:
     # DeepSpeed ZeRO-3 under full recompute gathers each layer's parameters for the
     # recompute and again for the backward (ParallelismSpec.regather_for_recompute); the
     # estimate prices the second gather where the engine runs it, between the recompute
-    # and the backward, blocking or prefetched
+    # and the backward, blocking or prefetched, on the gathers' own queue or behind the
+    # group's reduce-scatters (param_gather_queue)
     run = build_run(model="llama3-8b", gpu="a100", num_gpus=64, global_batch_size=64,
                     seq_len=2048, zero_stage=3, recompute="full",
-                    overlap_param_gather=overlap, regather_for_recompute=True)
+                    overlap_param_gather=overlap, regather_for_recompute=True,
+                    param_gather_queue=queue)
     space = SearchSpace(tp=[1, 2], pp=[1], micro_batch_size=[1], recompute=["full"],
                         zero_stage=[3], overlap_param_gather=[overlap])
     en = enumerate_plans(run, space)
@@ -226,6 +230,7 @@ def test_estimate_agrees_with_zero3_regathers_after_the_recompute(overlap: bool)
         e = est.estimate(point)
         planned = plan_run(en.base, point)
         assert planned.parallel.overlap_param_gather == overlap
+        assert planned.parallel.param_gather_queue == queue
         r = simulate_run(planned)
         once = simulate_run(planned.model_copy(update={"parallel": planned.parallel.model_copy(
             update={"regather_for_recompute": False})}))

@@ -213,6 +213,9 @@ class Zero3Groups:
     #: frees them when the recompute's forward ends: ``ParallelismSpec.regather_for_recompute``
     #: under full recompute), as the engine's step program does
     regather: bool = False
+    #: prefetched gathers queue on the group's stream behind its reduce-scatters
+    #: (``ParallelismSpec.param_gather_queue`` "group"), as the engine's step program does
+    queued: bool = False
 
 
 def _zero3_ops(lc: LayerCosts, sig: Signature, g: Zero3Groups,
@@ -235,11 +238,11 @@ def _zero3_ops(lc: LayerCosts, sig: Signature, g: Zero3Groups,
         if g.dense_n > 1 and d > 0:
             out.append(Op(name="param_gather", kind="comm", category=cat, layer=layer,
                           comm="all_gather", group=g.dense_grp, size=d * 2.0,
-                          overlap=pre))  # type: ignore[arg-type]
+                          overlap=pre, own_stream=not g.queued))  # type: ignore[arg-type]
         if g.expert_n > 1 and e > 0:
             out.append(Op(name="expert_param_gather", kind="comm", category=cat,
                           layer=layer, comm="all_gather", group=g.expert_grp, size=e * 2.0,
-                          overlap=pre))  # type: ignore[arg-type]
+                          overlap=pre, own_stream=not g.queued))  # type: ignore[arg-type]
         return out
 
     def reduces(gs: list[Op], layer: int) -> list[Op]:
@@ -268,7 +271,9 @@ def _zero3_ops(lc: LayerCosts, sig: Signature, g: Zero3Groups,
         gs = gathers(d, e, i, "backward")
         bwd += gs
         b = lc.per["B"][k]
-        again = b.parts[IDX["recompute"]] if g.regather else 0.0
+        # the recompute replays the forward, its blocking TP collectives included
+        again = (b.parts[IDX["recompute"]] + lc.per["F"][k].parts[IDX["comm:tp"]]
+                 if g.regather else 0.0)
         if again > 0:  # the recompute, the second gather, then the backward proper
             bwd.append(block(f"r{i}", again, i, "recompute"))
             bwd += gathers(d, e, i, "backward")

@@ -341,7 +341,8 @@ class Estimator:
             return self.compute_costs(p)
         groups = Zero3Groups(p.dense_grp, p.expert_grp, p.dense_n, p.expert_n,
                              p.par.overlap_param_gather, p.par.overlap_grad_reduce,
-                             p.par.regather_for_recompute and p.par.recompute == "full")
+                             p.par.regather_for_recompute and p.par.recompute == "full",
+                             p.par.param_gather_queue == "group")
         place = (p.net.placement(p.dense_grp), p.net.placement(p.expert_grp))
         out = []
         for sig in p.sigs:

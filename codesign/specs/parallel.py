@@ -153,6 +153,18 @@ class ParallelismSpec(Spec):
                     "#4784); False: one backward gather serves both (PyTorch FSDP keeps the "
                     "unsharded parameters through the recompute)",
         json_schema_extra={"column": False})
+    param_gather_queue: Literal["own", "group"] = Field(
+        default="own",
+        description="ZeRO-3 prefetched parameter all-gathers: own = a queue of their own beside "
+                    "the group's gradient reduce-scatters, so the next layer's gather is not "
+                    "held behind the current layer's reduction (PyTorch FSDP and Megatron-FSDP "
+                    "issue it ahead, before the current layer's backward); group = the data-"
+                    "parallel group's one queue, in issue order: a module's gather waits for the "
+                    "reduce-scatters issued before it (DeepSpeed ZeRO-3 fetches a module's "
+                    "parameters from the module's own pre-forward/pre-backward hook, and "
+                    "PyTorch's ProcessGroupNCCL runs a group's collectives on one NCCL stream "
+                    "per device)",
+        json_schema_extra={"column": False})
     tp_comm_overlap: bool = Field(default=False, description="overlap TP communication with GEMMs",
                                   json_schema_extra={"search": "switch", "order": 9})
     pipeline_scatter_gather: bool = Field(

@@ -662,13 +662,6 @@ def deepspeed_zero3(row: dict[str, str], fw: str, zero: int) -> bool:
     return "deepspeed" in text or ("zero" in cell and "fsdp" not in cell)
 
 
-#: last year whose DeepSpeed ZeRO-3 gathered parameters on demand, not overlapped: "the async
-#: version is not async at all, because each all_gather calls torch.cuda.synchronize()"
-#: (DeepSpeed PR #1188, June 2021); working prefetch came with PR #1453 (Oct 2021, "Various
-#: ZeRO Stage3 Optimizations", 54.9 -> 92.1 TFLOP/s per A100 on Roberta-10B)
-DEEPSPEED_SYNC_GATHER_UNTIL = 2021
-
-
 def _sharding_settings(row: dict[str, str], fw: str, zero: int,
                        notes: list[str]) -> dict[str, Any]:
     """Plan settings DeepSpeed fixes. Below ZeRO-3 its gradient reduction and parameter
@@ -680,8 +673,15 @@ def _sharding_settings(row: dict[str, str], fw: str, zero: int,
     ``mics_hierarchical_params_gather``; ZeRO++ hpZ, ``zero_hpz_partition_size``, Wang et al.
     2023, arXiv 2306.10209, whose Sec. 3 counts the full model size crossing nodes per
     ZeRO-3 pass). A recomputed layer's forward gathers its parameters again
-    (``regather_for_recompute``). Gradient reduction overlaps the backward; parameter
-    prefetch does from 2022 on (:data:`DEEPSPEED_SYNC_GATHER_UNTIL`)."""
+    (``regather_for_recompute``). Gradient reduction overlaps the backward, and so do the
+    parameter gathers, in issue order on the group's one queue (``param_gather_queue``
+    "group"): ZeRO-3 fetches a module's parameters from the module's own hook, after the
+    reduce-scatters of the modules before it were issued, and PyTorch's ProcessGroupNCCL runs
+    one group's collectives on one NCCL stream per device. The 2021 releases synchronized
+    the device before each gather ("each all_gather calls torch.cuda.synchronize()",
+    DeepSpeed PR #1188, June 2021); that holds the host until the earlier work is done but
+    still issues the next module's gather before the current module's compute, so a large
+    module's gather overlaps compute in those releases too."""
     if fw == "deepspeed" and zero < 3:
         if read_overlap_comm(_prose(row)):
             notes.append("DeepSpeed overlap_comm on (as the row states)")
@@ -692,16 +692,15 @@ def _sharding_settings(row: dict[str, str], fw: str, zero: int,
         return {"overlap_grad_reduce": False, "overlap_param_gather": False}
     if not deepspeed_zero3(row, fw, zero):
         return {}
-    year = source_year(row)
-    sync = year is not None and year <= DEEPSPEED_SYNC_GATHER_UNTIL
     notes.append("ZeRO-3 is DeepSpeed's: parameter all-gathers and gradient reduce-scatters "
                  "are flat rings over the whole data-parallel group (every GPU's share "
                  "crosses its own NIC); a recomputed layer gathers its parameters again; "
-                 + (f"parameters gathered on demand, not prefetched (DeepSpeed {year}: "
-                    "synchronous all-gathers)" if sync else
-                    "parameters prefetched and gradients reduced during compute"))
+                 "gathers and reduce-scatters overlap compute, queued in issue order on the "
+                 "group's one NCCL stream (a module's gather waits behind the reduce-scatters "
+                 "issued before it)")
     return {"collective_algorithm": "ring", "overlap_grad_reduce": True,
-            "overlap_param_gather": not sync, "regather_for_recompute": True}
+            "overlap_param_gather": True, "regather_for_recompute": True,
+            "param_gather_queue": "group"}
 
 
 #: torchtitan's last year whose pipeline default was a micro-batch count equal to the number

@@ -422,7 +422,8 @@ class ChunkBinder:
                 gathers = [Op(name="param_gather", kind="comm", category="forward",
                               layer=layer, comm="all_gather", group=dense_grp,
                               size=dparams * 2.0,
-                              overlap="prefetch" if p.overlap_param_gather else "none")]
+                              overlap="prefetch" if p.overlap_param_gather else "none",
+                              own_stream=p.param_gather_queue == "own")]
                 if eparams:
                     gathers.append(replace(gathers[0], name="expert_param_gather",
                                            group=expert_grp, size=eparams * 2.0))
