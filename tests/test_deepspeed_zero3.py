@@ -52,6 +52,16 @@ def test_a_deepspeed_zero3_row_queues_its_gathers_on_the_group_over_flat_rings(
     assert any("ZeRO-3 is DeepSpeed's" in a for a in case.assumptions)
 
 
+@pytest.mark.parametrize(("notes", "overlap"), [
+    ("", True),  # overlap_comm defaults to true at stage 3
+    ("DeepSpeed ZeRO-3, overlap_comm: false", False),
+])
+def test_a_deepspeed_zero3_row_reduces_during_the_backward_unless_it_says_not(
+        notes: str, overlap: bool) -> None:
+    par = map_row({**_ROW, "notes": notes}).candidates[0][0].parallel
+    assert par.overlap_grad_reduce is overlap and par.param_gather_queue == "group"
+
+
 def _backward_of_two_layers(own_stream: bool) -> list[Op]:
     """Two layers' backward as ZeRO-3 runs it: each layer's prefetched gather, its backward,
     then its gradient reduce-scatter."""

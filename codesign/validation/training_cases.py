@@ -692,13 +692,16 @@ def _sharding_settings(row: dict[str, str], fw: str, zero: int,
         return {"overlap_grad_reduce": False, "overlap_param_gather": False}
     if not deepspeed_zero3(row, fw, zero):
         return {}
+    reduce_overlaps = read_overlap_comm(_prose(row)) is not False
     notes.append("ZeRO-3 is DeepSpeed's: parameter all-gathers and gradient reduce-scatters "
                  "are flat rings over the whole data-parallel group (every GPU's share "
                  "crosses its own NIC); a recomputed layer gathers its parameters again; "
-                 "gathers and reduce-scatters overlap compute, queued in issue order on the "
-                 "group's one NCCL stream (a module's gather waits behind the reduce-scatters "
-                 "issued before it)")
-    return {"collective_algorithm": "ring", "overlap_grad_reduce": True,
+                 "gathers overlap compute, queued in issue order on the group's one NCCL "
+                 "stream (a module's gather waits behind the reduce-scatters issued before "
+                 "it); gradient reduce-scatters "
+                 + ("overlap the backward (overlap_comm, the stage-3 default)" if reduce_overlaps
+                    else "block the backward (overlap_comm off, as the row states)"))
+    return {"collective_algorithm": "ring", "overlap_grad_reduce": reduce_overlaps,
             "overlap_param_gather": True, "regather_for_recompute": True,
             "param_gather_queue": "group"}
 
