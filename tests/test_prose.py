@@ -162,3 +162,8 @@ def test_attention_kernel(text: str, value: str | None) -> None:
 @pytest.mark.parametrize(("text", "recipe"), DATA["fp8_recipe"])
 def test_fp8_recipe(text: str, recipe: str | None) -> None:
     assert prose.read_fp8_recipe(text) == recipe, text
+
+
+@pytest.mark.parametrize(("text", "size"), DATA["expert_tp"])
+def test_expert_tp(text: str, size: int | None) -> None:
+    assert prose.read_expert_tp(text) == size, text

@@ -118,6 +118,31 @@ def test_ep_wider_than_dp_folds_with_expert_tp_one() -> None:
     assert (par.ep, par.expert_tp) == (64, 1)
 
 
+@pytest.mark.parametrize(("source", "notes", "expected"), [
+    # a Megatron-Bridge table (2025): ETP is tuned, so both the default (TP) and 1 are tried
+    ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md", "", {2, 1}),
+    ("NVIDIA NeMo performance summary, NeMo 25.04 container", "", {2, 1}),
+    # before Megatron-Core 0.10 the experts' TP is the TP size
+    ("NVIDIA NeMo performance summary, NeMo 24.07 container", "", {2}),
+    # a stated size is kept
+    ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md", "TP2 EP8 ETP2", {2}),
+])
+def test_an_unstated_expert_tp_is_the_faster_of_the_default_and_one(
+        source: str, notes: str, expected: set[int]) -> None:
+    """Qwen3-235B on 64 GPUs at TP 2, PP 4, EP 8: dp = 8, so ETP 2 (8 x 2 = 16 divides the 16
+    tp x dp ranks) and ETP 1 both fit; a 2025 Megatron-Core run could set either."""
+    row = {**_ROW, "source": source, "notes": notes, "model": "Qwen3-235B-A22B",
+           "num_gpus": "64", "tp": "2", "pp": "4", "ep": "8", "global_batch_size": "64",
+           "seq_len": "4096"}
+    case = map_row(row)
+    assert {r.parallel.expert_tp for group in case.candidates for r in group} == expected
+    if len(expected) > 1:
+        assert any("expert tensor parallelism not stated" in a for a in case.assumptions)
+        assert any("etp 1" in n for n in case.candidate_notes)
+    result = run_case(case)
+    assert result.status == "ok"
+
+
 def test_hardware_flops_cells_count_recompute() -> None:
     """An HFU column or a TFLOP/s cell saying "hardware FLOPs" is compared with the FLOPs the
     hardware ran (recompute included); Megatron-LM 2021 rows keep the paper's eq. (3)."""

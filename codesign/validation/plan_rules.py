@@ -72,18 +72,39 @@ def choose_with_batch(base: TrainingRun, fixed: dict[str, Any], n: int,
     raise first
 
 
-def expert_tp(fw: str, tp: int, cp: int, dp: int, ep: int, notes: list[str]) -> dict[str, int]:
-    """Expert tensor parallelism of 1 when the row's EP only fits that way: Megatron-Core's MoE
-    parallel folding (``--expert-tensor-parallel-size``, Megatron-Core 0.10+; Liu et al. 2025,
-    arXiv 2504.14960) lays the experts over ``tp × cp × dp`` ranks, so ``ep × etp`` must divide
-    it; the DeepSeek-V3 / Mixtral recipes that run EP wider than ``dp`` set ETP 1."""
+#: first year of sources whose Megatron-Core sets the experts' tensor parallelism apart from
+#: the attention's (``--expert-tensor-parallel-size``, Megatron-Core 0.10, MoE parallel
+#: folding; Liu et al. 2025, arXiv 2504.14960). ASSUMPTION: a row dated 2025 or later ran it.
+EXPERT_TP_FROM_YEAR = 2025
+
+
+def expert_tp_choices(fw: str, tp: int, cp: int, dp: int, ep: int, year: int | None,
+                      stated: int | None, notes: list[str]) -> list[int | None]:
+    """Expert tensor-parallel sizes to try (``None``: Megatron-Core's default, the TP size).
+
+    The size the row states; else 1 when the row's EP only fits that way (MoE parallel
+    folding lays the experts over the ``tp × cp × dp`` ranks, so ``ep × etp`` must divide
+    them; the DeepSeek-V3 / Mixtral recipes that run EP wider than ``dp`` set ETP 1); else,
+    for a Megatron-Core MoE run with TP dated from :data:`EXPERT_TP_FROM_YEAR`, both the
+    default and 1, as a tuned run picks the faster (Megatron-Bridge's MoE recipes set
+    ``expert_tensor_parallel_size=1``); else the default alone."""
+    if ep <= 1:
+        return [None]
+    if stated is not None:
+        notes.append(f"expert tensor parallelism {stated} (as the row states)")
+        return [stated]
     ranks = tp * cp * dp
-    if fw != "megatron-core" or ep <= 1 or tp <= 1 or not ranks or ranks % (ep * tp) == 0 \
-            or ranks % ep:
-        return {}
-    notes.append(f"ep {ep} fits the {ranks} tp×cp×dp ranks only with expert tensor "
-                 "parallelism 1 (Megatron-Core MoE parallel folding): etp=1")
-    return {"etp": 1}
+    if fw != "megatron-core" or tp <= 1 or not ranks or ranks % ep:
+        return [None]
+    if ranks % (ep * tp):
+        notes.append(f"ep {ep} fits the {ranks} tp×cp×dp ranks only with expert tensor "
+                     "parallelism 1 (Megatron-Core MoE parallel folding): etp=1")
+        return [1]
+    if year is None or year < EXPERT_TP_FROM_YEAR:
+        return [None]
+    notes.append(f"expert tensor parallelism not stated: the faster of {tp} (Megatron-Core's "
+                 "default, the TP size) and 1 (MoE parallel folding, Megatron-Core 0.10+)")
+    return [None, 1]
 
 
 #: LoRA rank when a LoRA row states none: the MLPerf Training Llama 2 70B LoRA reference

@@ -268,6 +268,26 @@ def read_dispatcher(text: str) -> str | None:
     return _first_match(DISPATCHER_PATTERNS, text.lower())
 
 
+#: expert tensor parallelism as rows write it: "ETP 1", "etp=2", "ETP1",
+#: "expert_tensor_parallel_size: 1", "--expert-tensor-parallel-size 4", "expert TP 2",
+#: "expert tensor parallelism of 1", "expert-TP=1"
+_EXPERT_TP = re.compile(
+    r"(?<![a-z])etp\s*[=:]?\s*(\d+)"
+    r"|expert[-_ ]tensor[-_ ](?:model[-_ ])?parallel(?:ism|[-_ ]size)?"
+    r"(?:\s+(?:of|size|degree))?\s*[=:]?\s*(\d+)"
+    r"|expert[-_ ]tp\s*[=:]?\s*(\d+)")
+
+
+def read_expert_tp(text: str) -> int | None:
+    """The expert tensor-parallel size a row's prose states (Megatron-Core
+    ``--expert-tensor-parallel-size``), or ``None``."""
+    m = _EXPERT_TP.search(text.lower())
+    if m is None:
+        return None
+    value = int(next(g for g in m.groups() if g is not None))
+    return value if value > 0 else None
+
+
 #: (pattern, kernel); first match wins. Attention implementations as rows name them:
 #: ``unfused`` = softmax attention with the score matrix in HBM (``flash_attention`` off);
 #: ``fa1`` / ``triton`` / ``fa2`` / ``auto`` = the fused kernel families of

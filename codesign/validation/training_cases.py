@@ -46,7 +46,7 @@ from codesign.validation.csvrows import device_count, int_cell
 from codesign.validation.csvrows import read_rows as _read_rows
 from codesign.validation.plan_rules import (
     choose_with_batch,
-    expert_tp,
+    expert_tp_choices,
     lora_rank_of,
     plan_default,
     stated_cells,
@@ -57,6 +57,7 @@ from codesign.validation.prose import (
     read_capacity_factor,
     read_dispatcher,
     read_ep_overlap,
+    read_expert_tp,
     read_fp8_recipe,
     read_global_batch,
     read_interleave,
@@ -416,7 +417,8 @@ def map_row(row: dict[str, str]) -> MappedCase:
         notes.append(f"rank placement {', '.join(plan['placement_order'])} "
                      f"(innermost first; {fw} default)")
     dp = n // (tp * pp * cp) if tp * pp * cp else 0
-    plan.update(expert_tp(fw, tp, cp, dp, ep, notes))
+    etp_list = expert_tp_choices(fw, tp, cp, dp, ep, era_year(row), read_expert_tp(prose),
+                                 notes)
     mbs_list = _micro_batch_sizes(row, fw, gbs, dp, pp, notes)
     n_mb = gbs // (mbs_list[0] * dp) if dp and mbs_list[0] else 0
     vpp_list = _interleaving_depths(row, fw, model.num_layers, pp, n_mb, notes)
@@ -426,9 +428,10 @@ def map_row(row: dict[str, str]) -> MappedCase:
     first_problems: list[str] = []
     for choice in choices:
         group = []
-        for mb, vpp in itertools.product(mbs_list, vpp_list):
+        for mb, vpp, etp in itertools.product(mbs_list, vpp_list, etp_list):
             par = ParallelismSpec.parse({**plan, "recompute": choice.kind, "vpp": vpp,
-                                         "micro_batch_size": mb}, f"case {row['case_id']}")
+                                         "micro_batch_size": mb, "etp": etp},
+                                        f"case {row['case_id']}")
             run = TrainingRun(model=model, gpu=gpu, topology=topo, parallel=par, num_gpus=n)
             problems = plan_problems(run)
             if problems:
@@ -443,7 +446,8 @@ def map_row(row: dict[str, str]) -> MappedCase:
                 label for label, many in ((assumed or f"recompute {choice.kind}",
                                            bool(assumed) or len(choices) > 1),
                                           (f"micro-batch {mb}", len(mbs_list) > 1),
-                                          (f"vpp {vpp}", len(vpp_list) > 1)) if many))
+                                          (f"vpp {vpp}", len(vpp_list) > 1),
+                                          (f"etp {etp or tp}", len(etp_list) > 1)) if many))
         candidates.append(tuple(group))
     if not any(candidates):  # no candidate setting gives a valid plan: say why the first fails
         raise Unsupported("tp/pp/cp/ep/global_batch_size: " + "; ".join(first_problems))
@@ -564,10 +568,26 @@ def source_year(row: dict[str, str]) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def era_year(row: dict[str, str]) -> int | None:
+    """The year the row's software dates from: the year its source names
+    (:func:`source_year`), else a NeMo container's ``yy.mm`` release ("NeMo 24.07" -> 2024),
+    else 2025 for a Megatron-Bridge source (NVIDIA-NeMo/Megatron-Bridge, first released in
+    2025); ``None`` when nothing dates it."""
+    year = source_year(row)
+    if year is not None:
+        return year
+    text = " ".join(row.get(k, "") for k in ("source", "source_location", "notes")).lower()
+    m = re.search(r"nemo(?:\s+framework)?\s*(?:container\s*)?v?(\d\d)\.(?:0[1-9]|1[0-2])\b",
+                  text)
+    if m:
+        return 2000 + int(m.group(1))
+    return 2025 if "megatron-bridge" in text else None
+
+
 def _era_settings(row: dict[str, str], fw: str, notes: list[str]) -> dict[str, Any]:
     """Settings a run's date fixes: no fused flash attention before :data:`FLASH_FROM_YEAR`
     (Megatron-LM 2021-22 rows already have it off)."""
-    year = source_year(row)
+    year = era_year(row)
     if fw == "megatron-2021" or year is None or year >= FLASH_FROM_YEAR:
         return {}
     notes.append(f"source dated {year}: unfused softmax attention (FlashAttention reached the "
