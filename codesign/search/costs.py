@@ -234,16 +234,13 @@ def _zero3_ops(lc: LayerCosts, sig: Signature, g: Zero3Groups,
         return _block(name, layer, cat)
 
     def gathers(d: float, e: float, layer: int, cat: Category) -> list[Op]:
-        out = []
-        if g.dense_n > 1 and d > 0:
-            out.append(Op(name="param_gather", kind="comm", category=cat, layer=layer,
-                          comm="all_gather", group=g.dense_grp, size=d * 2.0,
-                          overlap=pre, own_stream=not g.queued))  # type: ignore[arg-type]
-        if g.expert_n > 1 and e > 0:
-            out.append(Op(name="expert_param_gather", kind="comm", category=cat,
-                          layer=layer, comm="all_gather", group=g.expert_grp, size=e * 2.0,
-                          overlap=pre, own_stream=not g.queued))  # type: ignore[arg-type]
-        return out
+        # the dense parameters on their group, the experts' on theirs (bf16, 2 B each)
+        parts = (("param_gather", g.dense_grp, g.dense_n, d),
+                 ("expert_param_gather", g.expert_grp, g.expert_n, e))
+        return [Op(name=name, kind="comm", category=cat, layer=layer, comm="all_gather",
+                   group=grp, size=params * 2.0, overlap=pre,  # type: ignore[arg-type]
+                   own_stream=not g.queued)
+                for name, grp, ranks, params in parts if ranks > 1 and params > 0]
 
     def reduces(gs: list[Op], layer: int) -> list[Op]:
         return [Op(name=o.name.replace("gather", "grad_reduce"), kind="comm",
