@@ -167,3 +167,8 @@ def test_fp8_recipe(text: str, recipe: str | None) -> None:
 @pytest.mark.parametrize(("text", "size"), DATA["expert_tp"])
 def test_expert_tp(text: str, size: int | None) -> None:
     assert prose.read_expert_tp(text) == size, text
+
+
+@pytest.mark.parametrize(("text", "kernels"), DATA["pointwise_kernels"])
+def test_pointwise_kernels(text: str, kernels: str | None) -> None:
+    assert prose.read_pointwise_kernels(text) == kernels, text

@@ -298,3 +298,17 @@ def test_whole_number_cells(cell: str, value: int | None) -> None:
     from codesign.validation.csvrows import int_cell
 
     assert int_cell({"c": cell}, "c") == value
+
+
+@pytest.mark.parametrize(("notes", "kernels"), [
+    ("eager (no torch.compile)", "eager"),
+    ("compile false in config", "eager"),
+    ("torch.compile + Float8", "fused"),
+    ("", "fused"),  # unstated: fused kernels
+])
+def test_a_row_that_states_eager_mode_runs_eager_pointwise_kernels(notes: str,
+                                                                  kernels: str) -> None:
+    case = map_row({**_ROW, "source": "torchtitan", "zero_fsdp": "FSDP", "notes": notes})
+    assert isinstance(case, MappedCase)
+    assert {r.parallel.pointwise_kernels for g in case.candidates for r in g} == {kernels}
+    assert any("eager" in a for a in case.assumptions) is (kernels == "eager")

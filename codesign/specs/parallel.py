@@ -131,6 +131,16 @@ class ParallelismSpec(Spec):
     flash_attention: bool = Field(default=True,
                                  description="fused (flash) attention, no s×s matrix",
                                  json_schema_extra={"column": False})
+    pointwise_kernels: Literal["fused", "eager"] = Field(
+        default="fused",
+        description="how the memory-bound pointwise operators (norms, activations, RoPE) run: "
+                    "fused = one kernel each, reading its inputs and writing its output once "
+                    "(Transformer Engine / Apex fused kernels, torch.compile); eager = PyTorch "
+                    "eager mode, one kernel per ATen op of the module's Python, each a full "
+                    "HBM pass (an RMSNorm upcasts, squares, reduces, scales, downcasts and "
+                    "multiplies: 36 B per bf16 element against 4 fused, "
+                    "codesign.workload.layers)",
+        json_schema_extra={"column": False})
     attention_kernel: AttentionKernel = Field(
         default="auto",
         description="fused attention kernel: auto = the part's fastest (the catalog's "

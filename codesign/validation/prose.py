@@ -314,6 +314,29 @@ def read_attention_kernel(text: str) -> str | None:
     return _first_match(ATTENTION_KERNEL_PATTERNS, text.lower())
 
 
+#: (pattern, kernels); first match wins. Whether the step's pointwise operators were compiled
+#: (``fused``: torch.compile, Inductor, fused kernels) or ran in PyTorch eager mode
+#: (``eager``), as rows write it: "eager (no torch.compile)", "without torch.compile",
+#: "compile false in config", "training.compile = false", "+ torch.compile", "compile=True".
+#: A statement that the setting is unknown reads as unstated (``unstated``)
+POINTWISE_KERNEL_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"compile\w*\s+(?:(?:is|was)\s+)?(?:not\s+(?:stated|specified|given|known)|unknown"
+     r"|unstated)", "unstated"),
+    (r"(?:no|without|w/o|disabled?)\s+(?:torch[._ ])?compile"
+     r"|compile\w*['\"]?\s*[=:]?\s*['\"]?(?:false|off|no|disabled|none|0)\b"
+     r"|(?:not|un)[-_ ]?compiled|\beager(?:\s+mode)?\b(?!\s+attention)", "eager"),
+    (r"torch[._ ]compile|\bcompile\w*['\"]?\s*[=:]?\s*['\"]?(?:true|on|yes|enabled|1)\b"
+     r"|\bcompiled\b|inductor|fused\s+(?:rms\s*)?norm", "fused"),
+)
+
+
+def read_pointwise_kernels(text: str) -> str | None:
+    """``eager`` or ``fused`` as a row's prose says its pointwise operators ran
+    (:data:`POINTWISE_KERNEL_PATTERNS`); ``None`` when it says nothing of it."""
+    meaning = _first_match(POINTWISE_KERNEL_PATTERNS, text.lower())
+    return None if meaning == "unstated" else meaning
+
+
 def read_switch(text: str) -> bool | None:
     """yes/no/on/off/true/false/enabled/disabled (possibly followed by details); ``None``
     for an empty or "not stated" cell."""

@@ -64,6 +64,7 @@ from codesign.validation.prose import (
     read_nic_gbps,
     read_number,
     read_overlap_comm,
+    read_pointwise_kernels,
     read_precision,
     read_recompute,
     read_recompute_layers,
@@ -602,7 +603,20 @@ def _row_settings(row: dict[str, str], fw: str, tp: int, sp: bool, gpu: GpuSpec,
     return {**_framework_settings(fw, tp, sp, gpu, notes),
             **_sharding_settings(row, fw, zero, notes),
             **_era_settings(row, fw, notes),
-            **_attention_settings(row, fw, notes)}
+            **_attention_settings(row, fw, notes),
+            **_kernel_settings(row, notes)}
+
+
+def _kernel_settings(row: dict[str, str], notes: list[str]) -> dict[str, Any]:
+    """Eager or compiled pointwise operators, as the row's prose states
+    (:func:`~codesign.validation.prose.read_pointwise_kernels`); unstated: fused kernels (the
+    frameworks' fused norms and activations, or torch.compile in tuned benchmarks)."""
+    stated = read_pointwise_kernels(_prose(row))
+    if stated == "eager":
+        notes.append("pointwise operators in PyTorch eager mode, one kernel per op (as the "
+                     "row states)")
+        return {"pointwise_kernels": "eager"}
+    return {}
 
 
 def _attention_settings(row: dict[str, str], fw: str, notes: list[str]) -> dict[str, Any]:

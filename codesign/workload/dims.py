@@ -173,6 +173,8 @@ def layer_structure(run: TrainingRun, kind: str) -> LayerStructure:
                               and m.moe.num_experts > p.ep),
         ep_overlap=p.ep_comm_overlap and moe_layer,
         tp_overlap=p.tp_comm_overlap,
+        eager=p.pointwise_kernels == "eager",
+        rmsnorm=m.norm == "rmsnorm",
         block=block,
     )
 

@@ -33,6 +33,28 @@ jax-ml.github.io/scaling-book/profiling, "Op Name"). ASSUMPTION: the same holds 
 TP collective between the op and its matmul (XLA fuses collectives into matmul fusions too,
 e.g. the ``all-reduce-scatter`` fusion shown there).
 
+Eager kernels (``eager``, ``ParallelismSpec.pointwise_kernels == "eager"``): PyTorch eager
+mode runs one kernel per ATen op of a module's Python, each reading its inputs from HBM and
+writing its output there. The decompositions priced (``e`` the activation bytes, ``F32`` = 4
+for an fp32 intermediate), per element:
+
+* RMSNorm as torchtitan's ``RMSNorm`` and Hugging Face's ``LlamaRMSNorm`` write it,
+  ``(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x) * weight``: upcast
+  (``e + F32``), square (``2·F32``), mean (``F32``), scale (``2·F32``), downcast (``F32 + e``),
+  weight (``2e``): ``4e + 7·F32`` (36 B in bf16) against ``2e`` fused. LayerNorm is one ATen
+  kernel (``F.layer_norm``): the same bytes either way.
+* SwiGLU ``silu(a) * b``: silu (``2e``), product (``3e``): ``5e`` per inner element against
+  ``3e`` fused; a plain activation (GELU) is one kernel either way: ``(3·gm - 1)·e``.
+* RoPE as torchtitan applies it (upcast, complex product with the frequencies, downcast) or
+  Hugging Face's ``q * cos + rotate_half(q) * sin`` (five kernels of ``2e`` each in bf16):
+  ``2e + 4·F32`` per element of Q and K (20 B in bf16) against ``2e`` fused. MLA ropes only its
+  ``dr`` slice: left at its fused bytes.
+
+Backward moves twice the forward bytes in both modes (:attr:`OpTemplate.backward_bytes`; the
+autograd of the RMSNorm chain above, counted kernel by kernel, moves ``8e + 15·F32``, 76 B in
+bf16, against 2 × 36). A residual add, a cross-entropy and a permutation are one kernel
+either way. Not priced: the copies eager ``repeat_kv`` makes of grouped K/V heads.
+
 A hybrid model's layers are single blocks (:attr:`LayerStructure.block`): a Mamba-2 mixer
 (:func:`mamba_block`), attention alone, or an MLP / MoE alone, each with its pre-norm.
 """
@@ -85,9 +107,31 @@ class LayerStructure:
     ep_overlap: bool = False
     tp_overlap: bool = False
     mla_absorb: bool = False  # inference: MLA attention over the compressed latent KV
+    #: pointwise operators run as PyTorch eager decompositions (module docstring)
+    eager: bool = False
+    rmsnorm: bool = True  # the model's norm is RMSNorm (else LayerNorm)
     #: ``transformer`` = attention + MLP; hybrid blocks: ``mamba``, ``attention``, ``mlp``
     #: (the MLP or, with ``moe``, the MoE block alone)
     block: str = "transformer"
+
+
+#: bytes per element of an fp32 intermediate of an eager decomposition
+F32 = 4.0
+
+
+def _norm(name: str, st: LayerStructure, n: Expr) -> OpTemplate:
+    """A normalization over ``n`` elements: reads its input, writes its output; eager RMSNorm
+    moves ``4e + 7·F32`` per element (module docstring). Saves its input; XLA fuses its
+    scaling into the consuming matmul and keeps its reduction (one read)."""
+    nbytes = (4 * e + 7 * F32) * n if st.eager and st.rmsnorm else 2 * n * e
+    return memory(name, nbytes, saved=n * e, fused=n * e)
+
+
+def _act(name: str, st: LayerStructure, n: Expr) -> OpTemplate:
+    """The MLP activation over ``n`` inner elements (gated: ``gm`` = 2 inputs per output);
+    eager SwiGLU is two kernels, ``(3·gm - 1)·e`` per element (module docstring)."""
+    nbytes = (3 * gm - 1) * n * e if st.eager else (gm + 1) * n * e
+    return memory(name, nbytes, saved=gm * n * e, fused=0)
 
 
 def _tp_in(name: str, st: LayerStructure, size: object) -> OpTemplate:
@@ -110,19 +154,19 @@ def _tp_out(name: str, st: LayerStructure, size: object) -> OpTemplate:
 
 def attention_block(st: LayerStructure) -> list[OpTemplate]:
     """Norm, QKV (or MLA) projections, attention core, output projection, residual."""
-    ops = [memory("attn_norm", 2 * Tsp * h * e, saved=Tsp * h * e, fused=Tsp * h * e),
+    ops = [_norm("attn_norm", st, Tsp * h),
            _tp_in("attn_tp_in", st, T * h * e)]
     if st.mla:
         dqk = dn + dr
         if st.q_lora:
             ops += [gemm("q_down", T, ql, h, saved=Tsp * h * e, e_in=eg, e_out=e, e_w=ew),
-                    memory("q_norm", 2 * T * ql * e, saved=T * ql * e, fused=T * ql * e),
+                    _norm("q_norm", st, T * ql),
                     gemm("q_up", T, a_t * dqk, ql, saved=T * ql * e, e_in=eg, e_out=e, e_w=ew)]
         else:
             ops.append(gemm("q_proj", T, a_t * dqk, h, saved=Tsp * h * e, e_in=eg, e_out=e,
                             e_w=ew))
         ops += [gemm("kv_down", T, kvl + dr, h, saved=0, e_in=eg, e_out=e, e_w=ew),
-                memory("kv_norm", 2 * T * kvl * e, saved=T * kvl * e, fused=T * kvl * e),
+                _norm("kv_norm", st, T * kvl),
                 gemm("kv_up", T, a_t * (dn + dv), kvl, saved=T * kvl * e, e_in=eg, e_out=e,
                      e_w=ew),
                 ]
@@ -149,7 +193,10 @@ def attention_block(st: LayerStructure) -> list[OpTemplate]:
     # Q, K, V as attention reads them (after RoPE) are saved for backward, also under
     # selective recompute, which recomputes only the attention core from them.
     local_kv = kv_bytes * T / (b * S)
-    ops.append(memory("rope", 2 * (q_bytes + local_kv), saved=q_bytes + local_kv, fused=0))
+    rope_bytes = 2 * (q_bytes + local_kv)
+    if st.eager and not st.mla:  # upcast, rotate, downcast Q and K (module docstring)
+        rope_bytes = T * (a_t + g_t) * d * (2 * e + 4 * F32)
+    ops.append(memory("rope", rope_bytes, saved=q_bytes + local_kv, fused=0))
     ops.append(comm("cp_kv_gather", "all_gather", "reduce_scatter", "cp", kv_size,
                     overlap="next"))
     if st.flash:
@@ -182,10 +229,10 @@ def attention_block(st: LayerStructure) -> list[OpTemplate]:
 def dense_mlp_block(st: LayerStructure, inner: Sym = f_t, prefix: str = "mlp") -> list[OpTemplate]:
     """Norm, up (gated: gate+up) projection, activation, down projection, residual."""
     return [
-        memory(f"{prefix}_norm", 2 * Tsp * h * e, saved=Tsp * h * e, fused=Tsp * h * e),
+        _norm(f"{prefix}_norm", st, Tsp * h),
         _tp_in(f"{prefix}_tp_in", st, T * h * e),
         gemm(f"{prefix}_up", T, gm * inner, h, saved=Tsp * h * e, e_in=eg, e_out=e, e_w=ew),
-        memory(f"{prefix}_act", (gm + 1) * T * inner * e, saved=gm * T * inner * e, fused=0),
+        _act(f"{prefix}_act", st, T * inner),
         gemm(f"{prefix}_down", T, h, inner, saved=T * inner * e, e_in=eg, e_out=e, e_w=ew),
         _tp_out(f"{prefix}_tp_out", st, T * h * e),
         memory(f"{prefix}_residual", 3 * Tsp * h * e, saved=Tsp * h * e / 2,
@@ -195,7 +242,7 @@ def dense_mlp_block(st: LayerStructure, inner: Sym = f_t, prefix: str = "mlp") -
 
 def moe_block(st: LayerStructure) -> list[OpTemplate]:
     """Router, token dispatch (all-to-all), experts, combine; plus shared experts."""
-    ops = [memory("moe_norm", 2 * Tsp * h * e, saved=Tsp * h * e, fused=Tsp * h * e),
+    ops = [_norm("moe_norm", st, Tsp * h),
            # the gate is a plain torch linear outside Transformer Engine's FP8 autocast:
            # BF16 even in FP8 runs (Megatron-Core moe/router.py, TopKRouter.gating)
            replace(gemm("router", Tsp, E, h, saved=Tsp * h * e, e_in=e, e_out=4),
@@ -246,7 +293,7 @@ def moe_block(st: LayerStructure) -> list[OpTemplate]:
         # grouped GEMM: one kernel per local expert over its Tx / E_l routed tokens
         gemm("expert_up", Tx / E_l, gm * fe_t, h, saved=Tx * h * e, e_in=eg, e_out=e, e_w=ew,
              count=E_l),
-        memory("expert_act", (gm + 1) * Tx * fe_t * e, saved=gm * Tx * fe_t * e, fused=0),
+        _act("expert_act", st, Tx * fe_t),
         gemm("expert_down", Tx / E_l, h, fe_t, saved=Tx * fe_t * e, e_in=eg, e_out=e, e_w=ew,
              count=E_l),
     ]
@@ -261,7 +308,7 @@ def moe_block(st: LayerStructure) -> list[OpTemplate]:
         ops += [
             _tp_in("shared_tp_in", st, T * h * e),
             gemm("shared_up", T, gm * fs_t, h, saved=0, e_in=eg, e_out=e, e_w=ew),
-            memory("shared_act", (gm + 1) * T * fs_t * e, saved=gm * T * fs_t * e, fused=0),
+            _act("shared_act", st, T * fs_t),
             gemm("shared_down", T, h, fs_t, saved=T * fs_t * e, e_in=eg, e_out=e, e_w=ew),
             _tp_out("shared_tp_out", st, T * h * e),
         ]
@@ -300,7 +347,7 @@ def mamba_block(st: LayerStructure) -> list[OpTemplate]:
     conv_ch = di_t + 2 * gn_t  # x, B, C
     proj = 2 * di_t + 2 * gn_t + mh_t  # z, x, B, C, dt
     return [
-        memory("mamba_norm", 2 * Tsp * h * e, saved=Tsp * h * e, fused=Tsp * h * e),
+        _norm("mamba_norm", st, Tsp * h),
         _tp_in("mamba_tp_in", st, T * h * e),
         gemm("in_proj", T, proj, h, saved=Tsp * h * e, e_in=eg, e_out=e, e_w=ew),
         OpTemplate(name="conv1d", kind="memory", flops=2 * kc * T * conv_ch,
@@ -342,7 +389,7 @@ def embedding_template(st: LayerStructure) -> tuple[OpTemplate, ...]:
 def head_template(st: LayerStructure) -> tuple[OpTemplate, ...]:
     """Final norm, vocabulary-parallel logits and cross-entropy loss (last stage)."""
     return (
-        memory("final_norm", 2 * Tsp * h * e, saved=Tsp * h * e, fused=Tsp * h * e),
+        _norm("final_norm", st, Tsp * h),
         _tp_in("head_tp_in", st, T * h * e),
         gemm("logits", T, V_t, h, saved=Tsp * h * e, e_in=e, e_out=4),
         memory("cross_entropy", 3 * T * V_t * 4, saved=T * V_t * 4),
