@@ -172,3 +172,8 @@ def test_expert_tp(text: str, size: int | None) -> None:
 @pytest.mark.parametrize(("text", "kernels"), DATA["pointwise_kernels"])
 def test_pointwise_kernels(text: str, kernels: str | None) -> None:
     assert prose.read_pointwise_kernels(text) == kernels, text
+
+
+@pytest.mark.parametrize(("text", "kind"), DATA["recompute_prose"])
+def test_recompute_prose(text: str, kind: str | None) -> None:
+    assert prose.read_recompute_prose(text) == kind, text

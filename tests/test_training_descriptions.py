@@ -312,3 +312,21 @@ def test_a_row_that_states_eager_mode_runs_eager_pointwise_kernels(notes: str,
     assert isinstance(case, MappedCase)
     assert {r.parallel.pointwise_kernels for g in case.candidates for r in g} == {kernels}
     assert any("eager" in a for a in case.assumptions) is (kernels == "eager")
+
+
+@pytest.mark.parametrize(("cell", "notes", "kind"), [
+    ("", "12-way model parallelism; parallel layers; rematerialization", "full"),
+    ("not stated", "remat_policy: minimal", "selective"),
+    ("selective", "rematerialization", "selective"),  # the cell wins
+    ("", "force_recompute_fp8_weight_in_bwd", None),  # a Float8 option: not stated
+])
+def test_recompute_named_in_the_notes_is_the_rows(cell: str, notes: str,
+                                                  kind: str | None) -> None:
+    case = map_row({**_ROW, "source": "torchtitan", "zero_fsdp": "FSDP",
+                    "activation_recompute": cell, "notes": notes})
+    assert isinstance(case, MappedCase)
+    kinds = {r.parallel.recompute for g in case.candidates for r in g}
+    if kind is None:  # unstated: the least recompute that fits is tried, in order
+        assert "recompute not stated: the least recompute that fits in HBM" in case.assumptions
+    else:
+        assert kinds == {kind}

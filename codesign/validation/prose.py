@@ -350,11 +350,26 @@ def read_switch(text: str) -> bool | None:
 
 #: (pattern, recompute kind); first match wins
 RECOMPUTE_PATTERNS: tuple[tuple[str, str], ...] = (
-    (r"selective|attention[- ]core|core attention", "selective"),
+    (r"selective|attention[- ]core|core attention|remat[_ ]policy\W+(?:minimal|save_\w+)"
+     r"|\bminimal\b", "selective"),
     (r"^(?:no|none|off|false|disabled|0)\b|(?:no|without) (?:\w+ )?(?:recompute|"
-     r"recomputation|checkpointing)", "none"),
+     r"recomputation|checkpointing|remat(?:eriali[sz]ation)?)|remat[_ ]policy\W+none", "none"),
     (r"full|uniform|block|every layer|all layers|activation checkpointing|"
-     r"gradient checkpointing|checkpoint(?:ing)?|recompute|^yes|^on|^true", "full"),
+     r"gradient checkpointing|checkpoint(?:ing)?|recompute|remat|^yes|^on|^true", "full"),
+)
+#: the same readings from a row's free text, where "recompute" also names other things
+#: (``force_recompute_fp8_weight_in_bwd``, "recompute not stated"): only phrases that name
+#: activation recomputation itself, JAX's rematerialization ("remat", MaxText's
+#: ``remat_policy``, PaLM's "rematerialization") included
+RECOMPUTE_PROSE_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"selective (?:activation )?(?:recompute|recomputation|checkpointing)"
+     r"|remat[_ ]policy\W+(?:minimal|save_\w+)", "selective"),
+    (r"(?:no|without|w/o) (?:activation )?(?:recompute|recomputation|checkpointing"
+     r"|remat(?:eriali[sz]ation)?)\b|remat[_ ]policy\W+none", "none"),
+    (r"\bremat(?:eriali[sz]ation|eriali[sz]ed)?\b|remat[_ ]policy\W+full"
+     r"|full (?:activation )?(?:recompute|recomputation|checkpointing)"
+     r"|activation (?:recompute|recomputation|checkpointing)|gradient checkpointing",
+     "full"),
 )
 
 
@@ -365,6 +380,13 @@ def read_recompute(text: str) -> str | None:
     if not t or "not stated" in t:
         return None
     return _first_match(RECOMPUTE_PATTERNS, t)
+
+
+def read_recompute_prose(text: str) -> str | None:
+    """none / selective / full as a row's free text names its activation recompute
+    (:data:`RECOMPUTE_PROSE_PATTERNS`: "with rematerialization", "remat_policy: minimal",
+    "activation checkpointing"); ``None`` when it names none."""
+    return _first_match(RECOMPUTE_PROSE_PATTERNS, text.lower())
 
 
 _CKPT = r"(?:recompute|recomputation|recomputing|activation checkpointing|checkpointing|checkpoint)"

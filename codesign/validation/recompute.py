@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from codesign.api import build_models, check_memory
 from codesign.errors import InfeasiblePlan
 from codesign.specs.run import TrainingRun
-from codesign.validation.prose import read_recompute, read_recompute_layers
+from codesign.validation.prose import read_recompute, read_recompute_layers, read_recompute_prose
 from codesign.workload.dims import largest_chunk_layers
 
 
@@ -32,11 +32,22 @@ class RecomputeChoice:
     least: bool = False
 
 
+def stated_recompute(cell: str, notes_text: str) -> str | None:
+    """The recompute a row states: its ``activation_recompute`` cell, else (the cell empty,
+    "not stated" or unreadable) its free text's
+    (:func:`~codesign.validation.prose.read_recompute_prose`: "with rematerialization",
+    "remat_policy: minimal"); ``None`` when neither states one."""
+    kind = read_recompute(cell)
+    return read_recompute_prose(notes_text) if kind is None else kind
+
+
 def recompute_choices(cell: str, notes_text: str, notes: list[str]) -> list[RecomputeChoice]:
     """The recompute groups of a row, in the order they are tried (the first with a feasible
     run is reported). ``cell``: the row's ``activation_recompute``; ``notes_text``: its other
     prose (a stated layer count may sit there)."""
-    kind = read_recompute(cell)
+    kind = stated_recompute(cell, notes_text)
+    if kind is not None and read_recompute(cell) is None:
+        notes.append(f"recompute {kind}, as the row's notes state it")
     layers = None if "uniform" in cell.lower() else (read_recompute_layers(cell)
                                                      or read_recompute_layers(notes_text))
     if layers is not None and kind in (None, "full"):

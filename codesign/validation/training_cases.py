@@ -66,7 +66,6 @@ from codesign.validation.prose import (
     read_overlap_comm,
     read_pointwise_kernels,
     read_precision,
-    read_recompute,
     read_recompute_layers,
     read_seconds,
     read_seq_len,
@@ -74,7 +73,7 @@ from codesign.validation.prose import (
     read_zero,
     states_capacity_factor,
 )
-from codesign.validation.recompute import apply_choice, recompute_choices
+from codesign.validation.recompute import apply_choice, recompute_choices, stated_recompute
 from codesign.workload.dims import plan_problems
 
 REQUIRED_COLUMNS = ("case_id", "source", "model", "num_layers", "hidden_size", "num_heads",
@@ -504,7 +503,7 @@ def _searched_case(row: dict[str, str], fw: str, notes: list[str], measurement: 
     mbs = _stated(row, "micro_batch_size")
     if mbs:
         fixed["micro_batch_size"] = mbs
-    rc = read_recompute(row.get("activation_recompute", ""))
+    rc = stated_recompute(row.get("activation_recompute", ""), row.get("notes", ""))
     if rc is not None:
         fixed["recompute"] = rc
     if read_recompute_layers(row.get("activation_recompute", "")) is not None:
