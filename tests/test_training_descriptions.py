@@ -330,3 +330,15 @@ def test_recompute_named_in_the_notes_is_the_rows(cell: str, notes: str,
         assert "recompute not stated: the least recompute that fits in HBM" in case.assumptions
     else:
         assert kinds == {kind}
+
+
+@pytest.mark.parametrize(("source", "sp"), [
+    ("Smith et al. 2022, MT-NLG 530B (DeepSpeed + Megatron)", False),  # before SP: off
+    ("a DeepSpeed blog post, 2024", True),
+])
+def test_unstated_sequence_parallelism_follows_the_sources_era(source: str, sp: bool) -> None:
+    case = map_row({**_ROW, "source": source, "tp": "8", "pp": "1", "sp": ""})
+    assert isinstance(case, MappedCase)
+    assert {r.parallel.sequence_parallel for g in case.candidates for r in g} == {sp}
+    assert any(a.startswith("sequence parallel not stated: " + ("on" if sp else "off"))
+               for a in case.assumptions)

@@ -407,9 +407,11 @@ def map_row(row: dict[str, str]) -> MappedCase:
     cp, ep = cp or 1, ep or 1
     plan.update(tp=tp, pp=pp, cp=cp, ep=ep)
     if sp is None:
-        sp = tp > 1 and fw != "megatron-2021"
+        sp = tp > 1 and fw != "megatron-2021" and not _before_sequence_parallel(row)
         notes.append(f"sequence parallel not stated: {'on' if sp else 'off'} "
-                     f"({fw} default)")
+                     + ("(source dated before sequence parallelism reached the frameworks, "
+                        f"{SP_FROM_YEAR})" if _before_sequence_parallel(row) else
+                        f"({fw} default)"))
     plan["sequence_parallel"] = sp
     plan["zero_stage"] = zero
     plan.update(_row_settings(row, fw, tp, sp, gpu, zero, notes))
@@ -496,6 +498,10 @@ def _searched_case(row: dict[str, str], fw: str, notes: list[str], measurement: 
         fixed["dp"] = dp
     if stated["sp"] is not None:
         fixed["sequence_parallel"] = stated["sp"]
+    elif _before_sequence_parallel(row):
+        fixed["sequence_parallel"] = False
+        notes.append(f"sequence parallel not stated: off (source dated before sequence "
+                     f"parallelism reached the frameworks, {SP_FROM_YEAR})")
     fixed["zero_stage"] = stated["zero"]
     depth, _ = read_interleave(row.get("vpp", ""))
     if depth is not None:
@@ -559,6 +565,16 @@ def _zero_stage(cell: str, fw: str, notes: list[str]) -> int:
 #: 2023 (Megatron-Core, NeMo, llm-foundry, DeepSpeed via Megatron-DeepSpeed); runs published
 #: up to 2022 (OPT, BLOOM, GPT-NeoX, MT-NLG) used unfused softmax attention
 FLASH_FROM_YEAR = 2023
+#: first year of sources whose runs had sequence parallelism: Korthikanti et al. introduced it
+#: in May 2022 (arXiv 2205.05198, Megatron-LM 3.0); runs published in 2022 or before trained
+#: without it unless they say so (MT-NLG, OPT, BLOOM)
+SP_FROM_YEAR = 2023
+
+
+def _before_sequence_parallel(row: dict[str, str]) -> bool:
+    """Whether the row's source is dated before :data:`SP_FROM_YEAR`."""
+    year = era_year(row)
+    return year is not None and year < SP_FROM_YEAR
 
 
 def source_year(row: dict[str, str]) -> int | None:
