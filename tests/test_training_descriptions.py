@@ -12,9 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import tiny_run
 
 from codesign.api import simulate_run
-from codesign.validation.runner import run_case
+from codesign.validation.runner import run_case, source_flops
 from codesign.validation.training_cases import (
     MappedCase,
     framework_of,
@@ -155,6 +156,24 @@ def test_hardware_flops_cells_count_recompute() -> None:
                           "megatron-core").flop_formula == "model"
     assert measurement_of({**_ROW, "tokens_per_s_per_gpu": "", "tflops_per_gpu": "140"},
                           "megatron-2021").flop_formula == "megatron-recompute"
+    # Megatron-DeepSpeed logs the same formula (BLOOM's "150 TFLOPs"); plain DeepSpeed does not
+    assert measurement_of({**_ROW, "tokens_per_s_per_gpu": "", "tflops_per_gpu": "150",
+                           "source": "BigScience 2022, BLOOM-176B (Megatron-DeepSpeed)"},
+                          "deepspeed").flop_formula == "megatron-recompute"
+    assert measurement_of({**_ROW, "tokens_per_s_per_gpu": "", "tflops_per_gpu": "150",
+                           "source": "a DeepSpeed ZeRO-3 blog post"},
+                          "deepspeed").flop_formula == "model"
+
+
+@pytest.mark.parametrize(("recompute", "passes"), [("full", 4), ("selective", 4), ("none", 3)])
+def test_megatrons_logged_flops_count_a_fourth_pass_under_recompute(recompute: str,
+                                                                    passes: int) -> None:
+    """Eq. (3) of Narayanan et al. 2021 as Megatron-DeepSpeed logs it:
+    24·passes·B·s·l·h²·(1 + s/6h + V/16lh), by hand for a tiny model."""
+    run = tiny_run(num_gpus=1, global_batch_size=2, recompute=recompute)
+    b, s, layers, h, v = 2, 128, 4, 256, 1000
+    expected = 24 * passes * b * s * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
+    assert source_flops(run, "megatron-recompute") == pytest.approx(expected, rel=1e-12)
 
 
 def test_a_run_that_does_not_fit_names_the_row_cells() -> None:

@@ -46,11 +46,15 @@ def short_source(source: str) -> str:
 
 def source_flops(run: TrainingRun, formula: str) -> float:
     """FLOPs per step as the source counts them."""
-    if formula == "megatron-recompute":  # Narayanan et al. 2021, eq. (3)
+    if formula == "megatron-recompute":
+        # Narayanan et al. 2021, eq. (3): 96·B·s·l·h²(1 + s/6h + V/16lh) with recompute; as
+        # Megatron-DeepSpeed logs it (megatron/utils.py throughput_calculator), 24 × 4 passes
+        # with activation recompute (full or selective), 24 × 3 without
         m = run.model
         b, s, layers, h, v = (run.parallel.global_batch_size, run.seq_len, m.num_layers,
                               m.hidden_size, m.vocab_size)
-        return 96 * b * s * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
+        passes = 3 if run.parallel.recompute == "none" else 4
+        return 24 * passes * b * s * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
     raise ValueError(f"unknown FLOP formula {formula!r}")
 
 

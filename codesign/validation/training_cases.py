@@ -172,7 +172,10 @@ def measurement_of(row: dict[str, str], framework: str,
     for col in ("tflops_per_gpu", "mfu_pct", "hfu_pct"):
         if col not in read:
             continue
-        formula = "megatron-recompute" if framework == "megatron-2021" else "model"
+        formula = ("megatron-recompute" if framework == "megatron-2021" or (
+            framework == "deepspeed" and "megatron" in " ".join(
+                row.get(k, "") for k in ("source", "source_location", "notes")).lower())
+            else "model")
         if formula == "model" and (col == "hfu_pct" or _HARDWARE_FLOPS.search(
                 row[col].lower())):
             formula = "hardware"
