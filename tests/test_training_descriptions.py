@@ -47,6 +47,15 @@ def test_a_named_framework_beats_the_model_family(source: str, framework: str) -
     assert framework_of({**_ROW, "source": source, "model": "Llama 3 8B"}) == framework
 
 
+def test_a_megatron_paper_cited_in_the_notes_is_not_the_framework() -> None:
+    """"model and sequence parallelism (Korthikanti et al.)" in another stack's notes is a
+    technique; the 2019-22 Megatron-LM papers set the framework only as the source."""
+    row = {**_ROW, "source": "Touvron et al. 2023, LLaMA",
+           "notes": "model and sequence parallelism as described by Korthikanti et al."}
+    assert framework_of(row) == "megatron-core"
+    assert framework_of({**row, "source": "Korthikanti et al. 2022"}) == "megatron-2021"
+
+
 def test_torchtitan_and_llm_foundry_default_to_no_tp_or_pp() -> None:
     """torchtitan's config defaults TP and PP to 1, llm-foundry trains with FSDP alone: a row
     of either that states neither runs TP 1, PP 1 (not a searched plan)."""

@@ -290,6 +290,8 @@ def read_expert_tp(text: str) -> int | None:
 
 #: (pattern, kernel); first match wins. Attention implementations as rows name them:
 #: ``unfused`` = softmax attention with the score matrix in HBM (``flash_attention`` off);
+#: xformers' memory-efficient attention (its CUTLASS kernels, which the FlashAttention-2 paper,
+#: arXiv 2307.08691 Fig. 4-5, measures at or below FlashAttention-1 speed) reads as ``fa1``;
 #: ``fa1`` / ``triton`` / ``fa2`` / ``auto`` = the fused kernel families of
 #: :func:`codesign.hardware.compute.attention_fractions` (``auto``: the part's fastest:
 #: FlashAttention-3/4, cuDNN / Transformer Engine fused attention)
@@ -297,7 +299,8 @@ ATTENTION_KERNEL_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"(?:no|without|w/o)\s+flash[-_ ]?att(?:n|ention)"
      r"|flash[-_ ]?attention\s*[=:]\s*(?:false|off|no)\b|unfused\s+(?:softmax\s+)?attention"
      r"|standard\s+attention|attn_impl\s*[=:\s]\s*['\"]?torch\b|eager\s+attention", "unfused"),
-    (r"flash[-_ ]?attn\s*==\s*1\.|flash[-_ ]?attention[-_ ]?v?1\b|\bfa[-_ ]?1\b", "fa1"),
+    (r"flash[-_ ]?attn\s*==\s*1\.|flash[-_ ]?attention[-_ ]?v?1\b|\bfa[-_ ]?1\b"
+     r"|xformers|memory[-_ ]efficient\s+(?:causal\s+)?(?:multi[-_ ]head\s+)?attention", "fa1"),
     (r"attn_impl\s*[=:\s]\s*['\"]?triton|triton\s+flash[-_ ]?attention"
      r"|flash[-_ ]?attention\s+(?:in|with)\s+triton|triton\s+attention", "triton"),
     (r"flash[-_ ]?attention[-_ ]?v?[34]\b|flash[-_ ]?attn\s*==\s*[34]\.|\bfa[-_ ]?[34]\b"
@@ -363,6 +366,8 @@ RECOMPUTE_PATTERNS: tuple[tuple[str, str], ...] = (
 #: ``remat_policy``, PaLM's "rematerialization") included
 RECOMPUTE_PROSE_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"selective (?:activation )?(?:recompute|recomputation|checkpointing)"
+     r"|(?:sav|keep)(?:e|es|ing)\s+(?:the\s+)?activations\s+that\s+are\s+expensive"
+     r"|(?:sav|keep)(?:e|es|ing)\s+(?:the\s+)?outputs?\s+of\s+(?:the\s+)?linear\s+layers"
      r"|remat[_ ]policy\W+(?:minimal|save_\w+)", "selective"),
     (r"(?:no|without|w/o) (?:activation )?(?:recompute|recomputation|checkpointing"
      r"|remat(?:eriali[sz]ation)?)\b|remat[_ ]policy\W+none", "none"),

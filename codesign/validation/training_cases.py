@@ -133,11 +133,15 @@ FRAMEWORK_PATTERNS: tuple[tuple[str, str], ...] = (
 
 def framework_of(row: dict[str, str]) -> str:
     """Which framework produced the row (decides defaults): the first of
-    :data:`FRAMEWORK_PATTERNS` matching the source, notes or model; else Megatron-Core."""
+    :data:`FRAMEWORK_PATTERNS` matching the source, notes or model (the 2019-22 Megatron-LM
+    papers: the source alone); else Megatron-Core."""
     text = " ".join(row.get(k, "") for k in ("source", "notes", "model",
                                               "source_location")).lower()
+    source = " ".join(row.get(k, "") for k in ("source", "source_location")).lower()
     for pattern, fw in FRAMEWORK_PATTERNS:
-        if re.search(pattern, text):
+        # the 2019-22 Megatron-LM papers are the source, not a technique the notes cite
+        # ("sequence parallelism (Korthikanti et al.)" in another stack's run)
+        if re.search(pattern, source if fw == "megatron-2021" else text):
             return fw
     return "megatron-core"
 
