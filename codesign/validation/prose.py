@@ -299,8 +299,7 @@ ATTENTION_KERNEL_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"(?:no|without|w/o)\s+flash[-_ ]?att(?:n|ention)"
      r"|flash[-_ ]?attention\s*[=:]\s*(?:false|off|no)\b|unfused\s+(?:softmax\s+)?attention"
      r"|standard\s+attention|attn_impl\s*[=:\s]\s*['\"]?torch\b|eager\s+attention", "unfused"),
-    (r"flash[-_ ]?attn\s*==\s*1\.|flash[-_ ]?attention[-_ ]?v?1\b|\bfa[-_ ]?1\b"
-     r"|xformers|memory[-_ ]efficient\s+(?:causal\s+)?(?:multi[-_ ]head\s+)?attention", "fa1"),
+    (r"flash[-_ ]?attn\s*==\s*1\.|flash[-_ ]?attention[-_ ]?v?1\b|\bfa[-_ ]?1\b", "fa1"),
     (r"attn_impl\s*[=:\s]\s*['\"]?triton|triton\s+flash[-_ ]?attention"
      r"|flash[-_ ]?attention\s+(?:in|with)\s+triton|triton\s+attention", "triton"),
     (r"flash[-_ ]?attention[-_ ]?v?[34]\b|flash[-_ ]?attn\s*==\s*[34]\.|\bfa[-_ ]?[34]\b"
@@ -308,6 +307,8 @@ ATTENTION_KERNEL_PATTERNS: tuple[tuple[str, str], ...] = (
      "auto"),
     (r"flash[-_ ]?attention[-_ ]?v?2\b|flash[-_ ]?attn\s*==\s*2\.|flash[-_ ]?attn[-_ ]?2\b"
      r"|\bfa[-_ ]?2\b", "fa2"),
+    # last: a named FlashAttention version wins over the generic description
+    (r"xformers|memory[-_ ]efficient\s+(?:causal\s+)?(?:multi[-_ ]head\s+)?attention", "fa1"),
 )
 
 

@@ -416,9 +416,7 @@ def map_row(row: dict[str, str]) -> MappedCase:
     if sp is None:
         sp = tp > 1 and fw != "megatron-2021" and not _before_sequence_parallel(row)
         notes.append(f"sequence parallel not stated: {'on' if sp else 'off'} "
-                     + ("(source dated before sequence parallelism reached the frameworks, "
-                        f"{SP_FROM_YEAR})" if _before_sequence_parallel(row) else
-                        f"({fw} default)"))
+                     + (SP_ERA_NOTE if _before_sequence_parallel(row) else f"({fw} default)"))
     plan["sequence_parallel"] = sp
     plan["zero_stage"] = zero
     plan.update(_row_settings(row, fw, tp, sp, gpu, zero, notes))
@@ -507,8 +505,7 @@ def _searched_case(row: dict[str, str], fw: str, notes: list[str], measurement: 
         fixed["sequence_parallel"] = stated["sp"]
     elif _before_sequence_parallel(row):
         fixed["sequence_parallel"] = False
-        notes.append(f"sequence parallel not stated: off (source dated before sequence "
-                     f"parallelism reached the frameworks, {SP_FROM_YEAR})")
+        notes.append(f"sequence parallel not stated: off {SP_ERA_NOTE}")
     fixed["zero_stage"] = stated["zero"]
     depth, _ = read_interleave(row.get("vpp", ""))
     if depth is not None:
@@ -576,6 +573,8 @@ FLASH_FROM_YEAR = 2023
 #: in May 2022 (arXiv 2205.05198, Megatron-LM 3.0); runs published in 2022 or before trained
 #: without it unless they say so (MT-NLG, OPT, BLOOM)
 SP_FROM_YEAR = 2023
+SP_ERA_NOTE = (f"(source dated before sequence parallelism reached the frameworks, "
+               f"{SP_FROM_YEAR})")
 
 
 def _before_sequence_parallel(row: dict[str, str]) -> bool:
