@@ -71,11 +71,6 @@ def test_batch_at_4096(text: str, seqs: int) -> None:
     assert got is not None and got[0] == seqs, (text, got)
 
 
-@pytest.mark.parametrize(("text", "kind"), DATA["recompute"])
-def test_recompute(text: str, kind: str) -> None:
-    assert prose.read_recompute(text) == kind, text
-
-
 @pytest.mark.parametrize("text", DATA["recompute_unstated"])
 def test_recompute_unstated(text: str) -> None:
     assert prose.read_recompute(text) is None
@@ -92,34 +87,9 @@ def test_recompute_layers_unstated(text: str) -> None:
     assert prose.read_recompute_layers(text) is None, text
 
 
-@pytest.mark.parametrize(("text", "value"), DATA["switch"])
-def test_switch(text: str, value: bool) -> None:
-    assert prose.read_switch(text) is value, text
-
-
-@pytest.mark.parametrize(("text", "value"), DATA["ep_overlap"])
-def test_ep_overlap(text: str, value: bool | None) -> None:
-    assert prose.read_ep_overlap(text) is value, text
-
-
-@pytest.mark.parametrize(("text", "value"), DATA["overlap_comm"])
-def test_overlap_comm(text: str, value: bool | None) -> None:
-    assert prose.read_overlap_comm(text) is value, text
-
-
-@pytest.mark.parametrize(("text", "value"), DATA["dispatcher"])
-def test_dispatcher(text: str, value: str | None) -> None:
-    assert prose.read_dispatcher(text) == value, text
-
-
 @pytest.mark.parametrize("text", DATA["switch_unstated"])
 def test_switch_unstated(text: str) -> None:
     assert prose.read_switch(text) is None
-
-
-@pytest.mark.parametrize(("text", "dtype"), DATA["precision"])
-def test_precision(text: str, dtype: str) -> None:
-    assert prose.read_precision(text) == dtype, text
 
 
 @pytest.mark.parametrize(("text", "want"), DATA["interleave"])
@@ -154,26 +124,26 @@ def test_nearby_batches_widest_dp_first_within_ten_percent() -> None:
     assert prose.nearby_batches(2048, 1024) == []  # every power-of-two dp divides 2,048
 
 
-@pytest.mark.parametrize(("text", "value"), DATA["attention_kernel"])
-def test_attention_kernel(text: str, value: str | None) -> None:
-    assert prose.read_attention_kernel(text) == value, text
+#: readers whose reading is one value per phrasing: the corpus key -> the reader
+READERS = {
+    "recompute": prose.read_recompute,
+    "recompute_prose": prose.read_recompute_prose,
+    "switch": prose.read_switch,
+    "ep_overlap": prose.read_ep_overlap,
+    "overlap_comm": prose.read_overlap_comm,
+    "dispatcher": prose.read_dispatcher,
+    "precision": prose.read_precision,
+    "attention_kernel": prose.read_attention_kernel,
+    "fp8_recipe": prose.read_fp8_recipe,
+    "expert_tp": prose.read_expert_tp,
+    "pointwise_kernels": prose.read_pointwise_kernels,
+}
 
 
-@pytest.mark.parametrize(("text", "recipe"), DATA["fp8_recipe"])
-def test_fp8_recipe(text: str, recipe: str | None) -> None:
-    assert prose.read_fp8_recipe(text) == recipe, text
-
-
-@pytest.mark.parametrize(("text", "size"), DATA["expert_tp"])
-def test_expert_tp(text: str, size: int | None) -> None:
-    assert prose.read_expert_tp(text) == size, text
-
-
-@pytest.mark.parametrize(("text", "kernels"), DATA["pointwise_kernels"])
-def test_pointwise_kernels(text: str, kernels: str | None) -> None:
-    assert prose.read_pointwise_kernels(text) == kernels, text
-
-
-@pytest.mark.parametrize(("text", "kind"), DATA["recompute_prose"])
-def test_recompute_prose(text: str, kind: str | None) -> None:
-    assert prose.read_recompute_prose(text) == kind, text
+@pytest.mark.parametrize(("key", "text", "want"),
+                         [(key, text, want) for key in READERS for text, want in DATA[key]])
+def test_reading(key: str, text: str, want: object) -> None:
+    """Each phrasing reads as the corpus says: the same value and type (a switch reads
+    True / False / None, never 1 or 0)."""
+    got = READERS[key](text)
+    assert got == want and type(got) is type(want), (key, text, got)

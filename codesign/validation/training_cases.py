@@ -414,9 +414,10 @@ def map_row(row: dict[str, str]) -> MappedCase:
     cp, ep = cp or 1, ep or 1
     plan.update(tp=tp, pp=pp, cp=cp, ep=ep)
     if sp is None:
-        sp = tp > 1 and fw != "megatron-2021" and not _before_sequence_parallel(row)
+        early = _before_sequence_parallel(row)
+        sp = tp > 1 and fw != "megatron-2021" and not early
         notes.append(f"sequence parallel not stated: {'on' if sp else 'off'} "
-                     + (SP_ERA_NOTE if _before_sequence_parallel(row) else f"({fw} default)"))
+                     + (SP_ERA_NOTE if early else f"({fw} default)"))
     plan["sequence_parallel"] = sp
     plan["zero_stage"] = zero
     plan.update(_row_settings(row, fw, tp, sp, gpu, zero, notes))
