@@ -63,6 +63,9 @@ class Op:
     # fused self-attention shape (batch × heads on this rank, sequence, head dim), for
     # measured attention tables; None when queries and keys differ in length (CP)
     attn_shape: tuple[float, float, float] | None = None
+    # fused attention: mean of the query-key and value head dims (its tensor-core FLOPs per
+    # query-key pair are 4× this forward); None = not stated (no head-dim effect)
+    head_dim: float | None = None
     # HBM bytes of a memory op fused into its neighbouring matmul fusions (XLA execution,
     # codesign.hardware.compute); None: not fusible
     fused_bytes: float | None = None

@@ -186,6 +186,42 @@ def attention_fractions(eff: ComputeEfficiency,
     return fwd / FA1_SLOWDOWN[0], bwd / FA1_SLOWDOWN[1]
 
 
+#: backward / forward tensor-core FLOPs per query-key pair of fused attention (5 matmuls of
+#: 2d against 2; FlashAttention-2, Dao 2023, Sec. 3.1.2), each pair recomputing one exponential
+ATTENTION_BWD_MMA_RATIO = 2.5
+
+
+def attention_head_dim_factor(gpu: GpuSpec, measured: float, head_dim: float | None,
+                              backward: bool) -> float:
+    """Fused-attention efficiency at ``head_dim`` relative to ``measured``, the kernel's
+    fraction of peak at the head dim it was measured at (``gpu.efficiency.attention_head_dim``).
+
+    Each query-key pair costs ``4·d`` tensor-core FLOPs forward (``2.5×`` that backward) and
+    one exponential on the special-function units, which run beside the tensor cores but do
+    not overlap them fully. Serialized: a pair takes ``4d/(P·η) + 1/X`` (``P`` the tensor
+    peak, ``η`` the kernel's matmul efficiency, ``X`` the exponential rate), an efficiency
+    ``1 / (1/η + c/d)`` with ``c`` = ``gpu.attention_exp_head_dim`` = ``P / 4X`` (``c / 2.5``
+    backward). ``1/η`` follows from the measured fraction ``m``: ``1/m − c/d_ref``, at least 1
+    (a kernel that beats the serialized bound, such as FlashAttention-4 overlapping
+    exponentials with matmuls, is taken at ``η = 1``). Derived, not fitted: ``c`` = tensor
+    FLOPs per SM per clock / (4 × 16 MUFU.EX2 per SM per clock): 64 on Hopper
+    (FlashAttention-3, Shah et al. 2024, Sec. 3: 989 TFLOPS of matmul against 3.9 TFLOPS of
+    special functions), 128 on Blackwell, whose tensor cores doubled and exponential units did
+    not (FlashAttention-4, arXiv 2603.05451). Checked against measurements it was not fitted
+    to: FlashAttention-3 on H100 head dim 64 / 128 forward 497 / 648 TFLOP/s = 0.77 (model
+    0.78 from the catalog's 0.55), 256 / 128 756 / 648 = 1.17 (model 1.16); FlashAttention-4
+    on B200 causal seq 4096 708 / 1062 TFLOP/s = 0.667 (model 0.667; Dao-AILab/
+    flash-attention PR #2605). 1.0 when the part has no ``c`` or the operator no head dim."""
+    c = gpu.attention_exp_head_dim
+    if c is None or not head_dim:
+        return 1.0
+    if backward:
+        c /= ATTENTION_BWD_MMA_RATIO
+    ref = gpu.efficiency.attention_head_dim
+    inv_eta = max(1.0 / measured - c / ref, 1.0)
+    return (inv_eta + c / ref) / (inv_eta + c / head_dim)
+
+
 def cast_kernels(op: Op) -> float:
     """Quantization kernels an FP8/FP4 GEMM launches for its activation operand (forward and
     input-gradient GEMMs; 0 otherwise): one cast(-transpose) kernel, or under FP8 current
@@ -333,7 +369,9 @@ class ComputeModel:
         if op.kind == "attention":
             peak = self.gpu.peak_flops("bf16")
             fwd, bwd = attention_fractions(eff, self.attention_kernel)
-            frac = (bwd if op.backward else fwd) * eff.sustained_fraction
+            measured = bwd if op.backward else fwd
+            frac = (measured * eff.sustained_fraction
+                    * attention_head_dim_factor(self.gpu, measured, op.head_dim, op.backward))
             flop_time = self.executed_flops(op) / (peak * frac)
             return max(flop_time, mem_time) + overhead
         return 0.0

@@ -377,10 +377,12 @@ class StepCostModel:
         the compute model's roofline ``max(FLOPs/rate, bytes/bandwidth) + overhead`` is read
         off with probe operators and the template's linear coefficients, then checked."""
         cf, cq, ck = self.workload.attention_coefficients(absorbed)
+        head_dim = self.workload.attention_head_dim(absorbed)
 
         def probe(flops: float, nbytes: float) -> float:
             return self.compute.time(Op(name="probe", kind="attention", category="forward",
-                                        layer=0, flops=flops, bytes=nbytes, causal=causal))
+                                        layer=0, flops=flops, bytes=nbytes, causal=causal,
+                                        head_dim=head_dim))
 
         o = probe(0.0, 0.0)
         per_flop = (probe(1e12, 0.0) - o) / 1e12

@@ -44,6 +44,9 @@ class ComputeEfficiency(Spec):
         default=None, gt=0, le=1,
         description="Triton FlashAttention backward, of peak; None = FlashAttention-2 "
                     "backward / TRITON_FA_SLOWDOWN")
+    attention_head_dim: float = Field(
+        default=128, gt=0,
+        description="head dimension at which the attention_* fractions were measured")
     memory_bound: float = Field(gt=0, le=1, description="fraction of HBM bandwidth streamed")
     kernel_overhead_us: float = Field(ge=0, description="launch and tail cost per kernel, us")
     graph_kernel_overhead_us: float | None = Field(
@@ -125,6 +128,13 @@ class GpuSpec(Spec):
         default=None, gt=0,
         description="purchase price of one accelerator, USD (an estimate: cite it and its date)")
     efficiency: ComputeEfficiency
+    attention_exp_head_dim: float | None = Field(
+        default=None, gt=0,
+        description="head dimension at which one softmax exponential (special-function unit) "
+                    "costs as long as the forward's 4·d tensor-core FLOPs of its query-key "
+                    "pair: dense BF16 tensor FLOPs per SM per clock / (4 × exponentials per "
+                    "SM per clock); None = attention efficiency independent of head dim "
+                    "(codesign.hardware.compute.attention_head_dim_factor)")
     execution: Literal["cuda", "xla"] = Field(
         default="cuda",
         description="how the step's kernels run: 'cuda' = one kernel per operator launched "

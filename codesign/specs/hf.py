@@ -12,7 +12,8 @@ scalar per head) and DeepSeek-V3's router score-correction bias are left out, an
 bias-free ``o_proj`` is counted with a bias (each well under 0.01% of the parameters);
 DeepSeek's multi-token-prediction module is not part of the model. Nemotron-H's
 squared-ReLU MLP is a plain (two-matrix) MLP; a latent MoE (``moe_latent_size``) is refused.
-The default sequence length is ``min(max_position_embeddings, 8192)``.
+The default sequence length is ``min(max_position_embeddings, 8192)``. Sliding-window
+attention is read for Mistral, Mixtral and gpt-oss (``sliding_window``, ``layer_types``).
 """
 
 from __future__ import annotations
@@ -215,6 +216,38 @@ def _gpt_oss(r: _Reader, config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+#: model types whose ``sliding_window`` key applies to attention (Qwen2/3 configs carry one
+#: that ``use_sliding_window: false`` switches off, and ``max_window_layers`` splits it:
+#: not read)
+_WINDOWED_TYPES = ("mistral", "mixtral", "gpt_oss")
+
+
+def _windows(r: _Reader, config: dict[str, Any]) -> dict[str, Any]:
+    """``sliding_window`` and ``full_attention_interval`` from ``sliding_window`` and
+    ``layer_types`` (``sliding_attention`` / ``full_attention`` per layer); without
+    ``layer_types`` gpt-oss alternates windowed and full layers (model card Sec. 2.1) and
+    Mistral/Mixtral window every layer."""
+    window = r.opt("sliding_window")
+    if r.model_type not in _WINDOWED_TYPES or window is None:
+        return {}
+    types = config.get("layer_types")
+    if types is None:
+        return {"sliding_window": window,
+                "full_attention_interval": 2 if r.model_type == "gpt_oss" else None}
+    if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
+        raise r.error(f"key 'layer_types' must be a list of strings, got {types!r}")
+    full = [i for i, t in enumerate(types) if t == "full_attention"]
+    if len(full) == len(types):
+        return {}
+    if not full:
+        return {"sliding_window": window}
+    k = full[0] + 1
+    if full != list(range(k - 1, len(types), k)):
+        raise r.error("key 'layer_types': full_attention layers must be every k-th layer "
+                      f"(layers {k - 1}, {2 * k - 1}, ...), got layers {full}")
+    return {"sliding_window": window, "full_attention_interval": k}
+
+
 #: Nemotron-H ``layers_block_type`` names -> ``hybrid_override_pattern`` symbols
 _BLOCK_SYMBOLS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
 
@@ -322,4 +355,5 @@ def model_from_hf_config(config: dict[str, Any], name: str, origin: str = "") ->
     if model_type in ("qwen2", "qwen2_moe"):
         data["attention_bias"] = True  # Qwen2 has q/k/v biases (no o_proj bias)
     data.update(_ARCHITECTURE[model_type](r, config))
+    data.update(_windows(r, config))
     return ModelSpec.parse(data, origin)

@@ -149,6 +149,23 @@ class ModelSpec(Spec):
     tied_embeddings: bool = False
     attention_bias: bool = False
     mlp_bias: bool = False
+    sliding_window: int | None = Field(
+        default=None, ge=1,
+        description="tokens each query attends to in windowed attention layers (Mistral 7B "
+                    "4096, gpt-oss 128); None = full causal attention in every layer. "
+                    "Priced in training steps; serving prices full attention (upper bound)")
+    full_attention_interval: int | None = Field(
+        default=None, ge=1,
+        description="with sliding_window: every k-th attention layer keeps full attention "
+                    "(gpt-oss and Gemma 2: 2, Gemma 3: 6); None = every layer is windowed")
+    parallel_block: bool = Field(
+        default=False,
+        description="attention and MLP read the same normalized input and their outputs "
+                    "are summed (GPT-J, GPT-NeoX, PaLM, Falcon): one norm, one tensor-"
+                    "parallel entry and exit per layer in training")
+    parallel_block_norms: Literal[1, 2] = Field(
+        default=1, description="norms of a parallel block: 1 = shared by both branches "
+                               "(GPT-J, PaLM), 2 = one per branch (Falcon-180B, GPT-NeoX)")
     mla: MLASpec | None = None
     moe: MoESpec | None = None
     mamba: MambaSpec | None = Field(
@@ -179,6 +196,8 @@ class ModelSpec(Spec):
                 raise ValueError("hybrid_override_pattern has MoE blocks (E) but no moe")
         elif self.mamba is not None:
             raise ValueError("mamba needs a hybrid_override_pattern saying where its blocks go")
+        if self.full_attention_interval is not None and self.sliding_window is None:
+            raise ValueError("full_attention_interval needs a sliding_window")
         return self
 
     @property
@@ -212,6 +231,35 @@ class ModelSpec(Spec):
         if self.hybrid_override_pattern is None:
             return self.num_layers
         return self.hybrid_override_pattern.count("*")
+
+    @property
+    def windowed_attention_layers(self) -> int:
+        """Attention layers that attend within :attr:`sliding_window` (0 without one): all
+        but every :attr:`full_attention_interval`-th attention layer."""
+        if self.sliding_window is None:
+            return 0
+        n = self.attention_layers
+        k = self.full_attention_interval
+        return n if k is None else n - n // k
+
+    def attention_window_fraction(self, seq_len: float) -> float:
+        """Attention FLOPs a causal kernel executes over ``seq_len`` tokens with this model's
+        sliding windows, as a fraction of those of full causal attention, averaged over the
+        attention layers (1.0 without windows or when ``seq_len`` ≤ the window).
+
+        A query at position ``i`` attends to ``min(i + 1, W)`` keys, so a window-``W`` layer
+        executes ``W·S − W²/2`` query-key pairs against ``S²/2`` for full causal attention:
+        a fraction ``2W/S − (W/S)²`` (mask-granularity effects of the kernel's tiles are
+        ignored). ASSUMPTION: the model-wide average stands for every layer, so a pipeline
+        stage holding more windowed layers than its share is priced at the average."""
+        windowed = self.windowed_attention_layers
+        w = self.sliding_window
+        if not windowed or w is None or seq_len <= w:
+            return 1.0
+        r = w / seq_len
+        frac = 2 * r - r * r
+        n = self.attention_layers
+        return ((n - windowed) + windowed * frac) / n
 
     @property
     def is_hybrid(self) -> bool:

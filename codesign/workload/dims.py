@@ -175,6 +175,11 @@ def layer_structure(run: TrainingRun, kind: str) -> LayerStructure:
         tp_overlap=p.tp_comm_overlap,
         eager=p.pointwise_kernels == "eager",
         rmsnorm=m.norm == "rmsnorm",
+        parallel=m.parallel_block,
+        parallel_two_norms=m.parallel_block_norms == 2,
+        # training frameworks with parallel blocks sum both branches before one TP reduction
+        # (GPT-NeoX gpt_j_residual; XLA SPMD reduces the summed partial outputs)
+        parallel_merged_tp=m.parallel_block,
         block=block,
     )
 
@@ -246,6 +251,7 @@ def bind_dims(run: TrainingRun, unsharded: bool = False) -> dict[str, float]:
         "ql": 0.0, "kvl": 0.0, "dn": 0.0, "dr": 0.0, "dv": 0.0,
         "E": 1.0, "E_l": 1.0, "k": 0.0, "fe_t": 0.0, "Tx": 0.0, "Td": 0.0, "fs_t": 0.0,
         "etp": float(etp),
+        "aw": m.attention_window_fraction(seq),
     }
     if m.mla is not None:
         env.update(ql=float(m.mla.q_lora_rank or 0), kvl=m.mla.kv_lora_rank,

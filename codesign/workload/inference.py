@@ -165,6 +165,10 @@ class InferenceWorkload:
             "ql": 0.0, "kvl": 0.0, "dn": 0.0, "dr": 0.0, "dv": 0.0,
             "E": 1.0, "E_l": 1.0, "k": 0.0, "fe_t": 0.0, "Tx": 0.0, "Td": 0.0, "fs_t": 0.0,
             "etp": float(tp),
+            # ASSUMPTION (upper bound): serving prices every layer's attention over the
+            # whole context; sliding windows (ModelSpec.sliding_window) shorten only the
+            # training step's attention
+            "aw": 1.0,
         }
         if m.mla is not None:
             env.update(ql=float(m.mla.q_lora_rank or 0), kvl=m.mla.kv_lora_rank,
@@ -210,7 +214,11 @@ class InferenceWorkload:
             gated=m.mlp == "gated", flash=True, sp=False, moe=moe_layer,
             shared_experts=moe_layer and m.moe is not None and m.moe.num_shared_experts > 0,
             expert_tp=moe_layer and tp > 1, tp_overlap=False,
-            mla_absorb=absorbed and m.mla is not None, block=block)
+            mla_absorb=absorbed and m.mla is not None, parallel=m.parallel_block,
+            parallel_two_norms=m.parallel_block_norms == 2,
+            # each branch keeps its own TP all-reduce, as TensorRT-LLM 0.9's Falcon runs it
+            # (the validated engine; vLLM merges them: not modelled)
+            parallel_merged_tp=False, block=block)
 
     def _attention_template(self, kind: str, absorbed: bool) -> OpTemplate:
         temps = layer_template(self.structure(kind, absorbed))
@@ -254,7 +262,8 @@ class InferenceWorkload:
             precision=(self.gemm_dtype if t.precision == "gemm" and t.name not in
                        UNQUANTIZED_GEMMS else "bf16"),
             count=evaluate(t.count, env) if t.count is not None else 1.0,
-            fused_bytes=None if t.fused_bytes is None else t.fused_bytes.evaluate(env))
+            fused_bytes=None if t.fused_bytes is None else t.fused_bytes.evaluate(env),
+            head_dim=evaluate(t.head_dim, env))
 
     def _keep(self, op: Op) -> bool:
         if op.kind == "comm":
@@ -315,6 +324,12 @@ class InferenceWorkload:
         env.update(T=part.queries, Tsp=part.queries, S=s, b=part.keys / s)
         op = self._bind(t, env, layer, name=part.name)
         return replace(op, causal=part.causal)
+
+    def attention_head_dim(self, absorbed: bool) -> float:
+        """Mean query-key / value head dim of the attention kernel (``Op.head_dim``; the same
+        for dense and MoE layers)."""
+        t = (self._attn_absorbed if absorbed else self._attn)[next(iter(self._attn))]
+        return evaluate(t.head_dim, self._env)
 
     def attention_coefficients(self, absorbed: bool) -> tuple[float, float, float]:
         """``(FLOPs per query·key pair, bytes per query, bytes per key)`` of the attention

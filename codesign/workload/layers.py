@@ -21,6 +21,9 @@ Dimension names bound by :func:`codesign.workload.dims.bind_dims` (per rank, per
 ``di_t``    Mamba-2 inner width ``d_inner / tp``;  ``mh_t`` SSM heads per TP rank
 ``gn_t``    B (or C) width per TP rank: ``n_groups × d_state / tp``;  ``sN`` state size
 ``sQ``      SSD chunk length;  ``kc`` conv1d kernel width
+``aw``      fused attention FLOPs under the model's sliding windows, as a fraction of full
+            causal attention (:meth:`codesign.specs.model.ModelSpec.attention_window_fraction`;
+            1 without windows): a windowed layer's kernel skips the key tiles outside the window
 ==========  ==================================================================================
 
 Fusion (``fused=``, used when the GPU compiles the step with XLA, ``GpuSpec.execution``): a
@@ -73,6 +76,8 @@ a_t, g_t, d, f_t, gm, V_t = syms("a_t g_t d f_t gm V_t")
 ql, kvl, dn, dr, dv = syms("ql kvl dn dr dv")
 E, E_l, k, fe_t, Tx, Td, fs_t, etp = syms("E E_l k fe_t Tx Td fs_t etp")
 ew, ekv = syms("ew ekv")  # bytes per weight element; per cached K/V element
+#: executed fraction of causal attention under the model's sliding windows (1: none)
+aw = Sym("aw")
 di_t, mh_t, gn_t, sN, sQ, kc = syms("di_t mh_t gn_t sN sQ kc")  # Mamba-2 (see table)
 #: bytes per element of the SSD chunk states, which the scan keeps in fp32 between its steps
 #: (mamba_ssm/ops/triton/ssd_combined.py: ``_chunk_state_fwd`` / ``_state_passing_fwd``)
@@ -110,6 +115,12 @@ class LayerStructure:
     #: pointwise operators run as PyTorch eager decompositions (module docstring)
     eager: bool = False
     rmsnorm: bool = True  # the model's norm is RMSNorm (else LayerNorm)
+    #: attention and MLP in parallel from one normalized input (:func:`parallel_block`)
+    parallel: bool = False
+    #: ... each branch with its own norm (Falcon-180B, GPT-NeoX) rather than a shared one
+    parallel_two_norms: bool = False
+    #: ... with the two branches' tensor-parallel reductions merged into one
+    parallel_merged_tp: bool = False
     #: ``transformer`` = attention + MLP; hybrid blocks: ``mamba``, ``attention``, ``mlp``
     #: (the MLP or, with ``moe``, the MoE block alone)
     block: str = "transformer"
@@ -178,10 +189,12 @@ def attention_block(st: LayerStructure) -> list[OpTemplate]:
             head_k = kvl + dr
             q_bytes, kv_bytes, o_dim = T * a_t * head_k * e, b * S * head_k * ekv, a_t * dv
             attn_flops = 2 * T * S * a_t * (head_k + kvl)
+            mean_dim = (head_k + kvl) / 2
         else:
             q_bytes, kv_bytes, o_dim = (T * a_t * dqk * e, b * S * a_t * (dqk + dv) * ekv,
                                         a_t * dv)
             attn_flops = 2 * T * S * a_t * (dqk + dv)
+            mean_dim = (dqk + dv) / 2
         kv_size = b * S * (kvl + dr) * e  # CP exchanges the compressed latent KV
     else:
         ops += [gemm("qkv_proj", T, (a_t + 2 * g_t) * d, h, saved=Tsp * h * e,
@@ -189,6 +202,7 @@ def attention_block(st: LayerStructure) -> list[OpTemplate]:
                 ]
         q_bytes, kv_bytes, o_dim = T * a_t * d * e, b * S * 2 * g_t * d * ekv, a_t * d
         attn_flops = 4 * T * S * a_t * d
+        mean_dim = d
         kv_size = b * S * 2 * g_t * d * e
     # Q, K, V as attention reads them (after RoPE) are saved for backward, also under
     # selective recompute, which recomputes only the attention core from them.
@@ -201,9 +215,9 @@ def attention_block(st: LayerStructure) -> list[OpTemplate]:
                     overlap="next"))
     if st.flash:
         ops.append(OpTemplate(
-            name="attention", kind="attention", flops=attn_flops,
+            name="attention", kind="attention", flops=attn_flops * aw,
             bytes=q_bytes + kv_bytes + T * o_dim * e, saved=b * a_t * (T / b) * 4,
-            attn_core=True, causal=True, precision="bf16",
+            attn_core=True, causal=True, precision="bf16", head_dim=mean_dim,
             attn=(b * a_t, S, ((kvl + dr) if st.mla_absorb else (dn + dr)) if st.mla else d)))
     else:  # unfused: score matrix materialized (Korthikanti et al. 2022: 5·a·s²·b bytes)
         scores = b * a_t * (T / b) * S
@@ -364,6 +378,33 @@ def mamba_block(st: LayerStructure) -> list[OpTemplate]:
     ]
 
 
+#: operators a parallel block with one shared norm drops: the MLP's (or MoE's) norm
+PARALLEL_NORM_DROPS = frozenset({"mlp_norm", "moe_norm"})
+#: ... and with merged TP reductions: the attention's exit from the TP region, the MLP's entry
+PARALLEL_TP_DROPS = frozenset({"attn_tp_out", "mlp_tp_in"})
+
+
+def parallel_block(st: LayerStructure, attention: list[OpTemplate],
+                   mlp: list[OpTemplate]) -> list[OpTemplate]:
+    """Attention and MLP computed from the same normalized input, outputs summed:
+    ``y = x + attn(norm(x)) + mlp(norm(x))`` (GPT-J, Wang & Komatsuzaki 2021; PaLM,
+    Chowdhery et al. 2022 Sec. 2 "Parallel Layers"; GPT-NeoX ``use_parallel_residual``;
+    Falcon ``parallel_attn``): the same operators as the sequential block, less the MLP's
+    norm where the branches share one (GPT-J, PaLM; not ``st.parallel_two_norms``, Falcon-180B
+    ``new_decoder_architecture`` and GPT-NeoX). The two adds stay (branch sum, then residual:
+    TensorRT-LLM's Falcon layer writes them as two). With ``st.parallel_merged_tp`` the shared
+    input enters the tensor-parallel
+    region once (Megatron's *f*, or the SP all-gather) and the summed output leaves it once
+    (*g*, or the SP reduce-scatter): one collective each way per layer instead of two, as
+    GPT-NeoX does it ("we can do a single allreduce after we sum the outputs",
+    EleutherAI/gpt-neox ``ParallelTransformerLayer``, ``gpt_j_residual``) and vLLM's Falcon
+    (``reduce_row_parallel_results`` off under ``parallel_attn``); TensorRT-LLM 0.9's Falcon
+    reduces each branch in its own row-parallel linear (``models/falcon/model.py``)."""
+    drops = ((frozenset() if st.parallel_two_norms else PARALLEL_NORM_DROPS)
+             | (PARALLEL_TP_DROPS if st.parallel_merged_tp else frozenset()))
+    return [t for t in attention + mlp if t.name not in drops]
+
+
 @lru_cache(maxsize=128)
 def layer_template(st: LayerStructure) -> tuple[OpTemplate, ...]:
     """The forward operators of one layer (or hybrid block) with structure ``st``."""
@@ -374,6 +415,8 @@ def layer_template(st: LayerStructure) -> tuple[OpTemplate, ...]:
         return tuple(attention_block(st))
     if st.block == "mlp":
         return tuple(mlp)
+    if st.parallel:
+        return tuple(parallel_block(st, attention_block(st), mlp))
     return tuple(attention_block(st) + mlp)
 
 

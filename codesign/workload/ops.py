@@ -43,6 +43,8 @@ class OpTemplate:
     precision: Literal["gemm", "bf16"] = "gemm"  # 'gemm' = the plan's GEMM dtype
     count: Expr | None = None  # identical kernels (grouped expert GEMMs); None = 1
     attn: tuple[Expr, Expr, Expr] | None = None  # (batch·heads, key length, head dim)
+    #: fused attention: mean of its query-key and value head dims (``Op.head_dim``)
+    head_dim: Expr | None = None
     has_backward: bool = True  # False: forward-only (a host synchronization, not a kernel)
     #: the host waits for this op to finish before it issues the next kernel
     #: (``cudaStreamSynchronize`` after a device-to-host copy, :func:`host_sync`)
@@ -60,7 +62,7 @@ class OpTemplate:
     def __post_init__(self) -> None:
         for name in ("flops", "bytes", "saved"):  # numbers are accepted as constants
             object.__setattr__(self, name, lift(getattr(self, name)))
-        for name in ("size", "count", "fused_bytes"):
+        for name in ("size", "count", "fused_bytes", "head_dim"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, lift(getattr(self, name)))
 

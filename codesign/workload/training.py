@@ -149,9 +149,11 @@ def _bind(t: OpTemplate, env: Mapping[str, float], layer: int, precision: str,
         count=evaluate(t.count, env) if t.count is not None else 1.0,
         role="fwd" if t.kind == "gemm" else "", current_scaling=current_scaling,
         attn_shape=(tuple(x.evaluate(env) for x in t.attn)  # type: ignore[arg-type]
-                    if t.attn is not None and env["T"] == env["b"] * env["S"] else None),
+                    if t.attn is not None and env["T"] == env["b"] * env["S"]
+                    and env["aw"] == 1.0 else None),
         fused_bytes=None if t.fused_bytes is None else t.fused_bytes.evaluate(env),
         host_sync=t.host_sync,
+        head_dim=evaluate(t.head_dim, env),
     )
 
 
