@@ -137,6 +137,8 @@ READERS = {
     "fp8_recipe": prose.read_fp8_recipe,
     "expert_tp": prose.read_expert_tp,
     "pointwise_kernels": prose.read_pointwise_kernels,
+    "block_layout": prose.read_block_layout,
+    "sliding_window": prose.read_sliding_window,
 }
 
 

@@ -370,3 +370,21 @@ def test_unstated_sequence_parallelism_follows_the_sources_era(source: str, sp: 
     assert {r.parallel.sequence_parallel for g in case.candidates for r in g} == {sp}
     assert any(a.startswith("sequence parallel not stated: " + ("on" if sp else "off"))
                for a in case.assumptions)
+
+
+@pytest.mark.parametrize(("notes", "parallel", "window"), [
+    ("MegaScale: parallel transformer block (PTB), sliding window attention (window 1024)",
+     True, 1024),
+    ("PaLM-style parallel layers", True, None),
+    ("sliding window attention with a 512-token window", False, 512),
+    ("", False, None),
+])
+def test_a_row_that_states_its_block_layout_or_window_simulates_it(
+        notes: str, parallel: bool, window: int | None) -> None:
+    case = map_row({**_ROW, "notes": notes})
+    assert isinstance(case, MappedCase)
+    assert {(r.model.parallel_block, r.model.sliding_window)
+            for g in case.candidates for r in g} == {(parallel, window)}
+    assert any("block layout stated" in a for a in case.assumptions) is parallel
+    assert any("sliding-window attention stated" in a for a in case.assumptions) is (
+        window is not None)

@@ -341,6 +341,58 @@ def read_pointwise_kernels(text: str) -> str | None:
     return None if meaning == "unstated" else meaning
 
 
+#: words before "parallel" that make it a parallelism, not the block layout ("tensor-parallel
+#: layers", "context parallel attention")
+_NOT_BLOCK = "".join(f"(?<!{w} )(?<!{w}-)" for w in (
+    "tensor", "model", "pipeline", "expert", "data", "context", "sequence", "head"))
+#: (pattern, layout); first match wins. Whether attention and MLP run as a parallel block
+#: (PaLM "Parallel Layers", GPT-J / GPT-NeoX parallel residual, Falcon parallel attention,
+#: MegaScale's "parallel transformer block") or sequentially, as rows write it. A bare
+#: "parallel attention" is not read (context- and tensor-parallel attention are written so).
+BLOCK_LAYOUT_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"(?:no|without|w/o|not?\s+(?:a|the))\s+parallel\s+(?:transformer\s+)?(?:blocks?|layers"
+     r"|residual|attention)|(?:use_parallel_residual|parallel_attn(?:ention)?|gpt_j_residual)"
+     r"['\"]?\s*[=:]\s*['\"]?(?:false|0|no)\b|\bsequential\s+(?:transformer\s+)?blocks?",
+     "sequential"),
+    (_NOT_BLOCK + r"\bparallel\s+(?:transformer\s+blocks?|layers\b|residuals?\b|blocks?\b"
+     r"|attention\s*(?:\+|and|/|&)\s*(?:mlp|ffn|feed[- ]?forward)|attention\s+(?:and\s+mlp\s+)?"
+     r"blocks?)|\bptb\b|use_parallel_residual|parallel_attn\b|gpt_j_residual"
+     r"|gpt-j[- ]style\s+(?:residual|block)", "parallel"),
+)
+
+
+def read_block_layout(text: str) -> str | None:
+    """``parallel`` or ``sequential`` as a row's prose describes its transformer block
+    (:data:`BLOCK_LAYOUT_PATTERNS`); ``None`` when it says nothing of it."""
+    return _first_match(BLOCK_LAYOUT_PATTERNS, text.lower())
+
+
+#: a sliding attention window named: "sliding window attention (window 4096)", "SWA with a
+#: 4K window", "sliding_window=4096", "local attention window of 1024 tokens"
+_WINDOW = re.compile(r"sliding[-_ ]window|\bswa\b|local\s+attention|windowed\s+attention"
+                     r"|attention\s+window|window[-_ ]size")
+_WINDOW_SIZE = re.compile(r"(\d[\d,]*)\s*(k\b)?(?![\d,]|\s*(?:of\b|layers?\b|gpus?\b|nodes?\b|%))")
+#: the smallest number read as a window (tokens): smaller ones are counts; numbers followed
+#: by "of", "layers", "GPUs", "nodes" or "%" are never windows; gpt-oss's 128 is the smallest
+#: window in the catalog
+MIN_WINDOW = 32
+
+
+def read_sliding_window(text: str) -> int | None:
+    """The sliding attention window (tokens) a row's prose states: the first number of at
+    least :data:`MIN_WINDOW` within 50 characters after the window is named ("4K" = 4096);
+    ``None`` when no window is named, or none with its size."""
+    low = text.lower()
+    m = _WINDOW.search(low)
+    if m is None:
+        return None
+    for n in _WINDOW_SIZE.finditer(low[m.end():m.end() + 50].split(";")[0]):
+        value = int(n.group(1).replace(",", "")) * (1024 if n.group(2) else 1)
+        if value >= MIN_WINDOW:
+            return value
+    return None
+
+
 def read_switch(text: str) -> bool | None:
     """yes/no/on/off/true/false/enabled/disabled (possibly followed by details); ``None``
     for an empty or "not stated" cell."""

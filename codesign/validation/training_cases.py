@@ -54,6 +54,7 @@ from codesign.validation.plan_rules import (
 from codesign.validation.prose import (
     FP8_ROWWISE,
     read_attention_kernel,
+    read_block_layout,
     read_capacity_factor,
     read_dispatcher,
     read_ep_overlap,
@@ -69,6 +70,7 @@ from codesign.validation.prose import (
     read_recompute_layers,
     read_seconds,
     read_seq_len,
+    read_sliding_window,
     read_switch,
     read_zero,
     states_capacity_factor,
@@ -198,6 +200,31 @@ GATED_FAMILIES = ("llama", "qwen", "mixtral", "mistral", "oss", "deepseek")
 
 
 def model_of(row: dict[str, str], framework: str, notes: list[str]) -> ModelSpec:
+    """The catalog model when one matches the row's name and shape, else one built from the
+    row's architecture columns; a block layout or sliding window the row's prose states
+    (:func:`_stated_attention`) overrides either."""
+    return _stated_attention(_model_of(row, framework, notes), _prose(row), notes)
+
+
+def _stated_attention(model: ModelSpec, text: str, notes: list[str]) -> ModelSpec:
+    """``model`` with the block layout (:func:`~codesign.validation.prose.read_block_layout`)
+    and sliding window (:func:`~codesign.validation.prose.read_sliding_window`) the prose
+    states, each noted where it changes the model."""
+    update: dict[str, object] = {}
+    layout = read_block_layout(text)
+    if layout is not None and (layout == "parallel") != model.parallel_block:
+        update["parallel_block"] = layout == "parallel"
+        notes.append(f"block layout stated: {layout} attention and MLP")
+    window = read_sliding_window(text)
+    if window is not None and window != model.sliding_window:
+        update["sliding_window"] = window
+        notes.append(f"sliding-window attention stated: {window} tokens"
+                     + ("" if model.full_attention_interval is None else
+                        f", every {model.full_attention_interval}th layer full"))
+    return model.model_copy(update=update) if update else model
+
+
+def _model_of(row: dict[str, str], framework: str, notes: list[str]) -> ModelSpec:
     """The catalog model when one matches the row's name and shape, else one built from the
     row's architecture columns."""
     layers, hidden = int_cell(row, "num_layers"), int_cell(row, "hidden_size")
