@@ -263,7 +263,7 @@ class InferenceWorkload:
                        UNQUANTIZED_GEMMS else "bf16"),
             count=evaluate(t.count, env) if t.count is not None else 1.0,
             fused_bytes=None if t.fused_bytes is None else t.fused_bytes.evaluate(env),
-            head_dim=evaluate(t.head_dim, env))
+            head_dim=None if t.head_dim is None else t.head_dim.evaluate(env))
 
     def _keep(self, op: Op) -> bool:
         if op.kind == "comm":
@@ -325,11 +325,11 @@ class InferenceWorkload:
         op = self._bind(t, env, layer, name=part.name)
         return replace(op, causal=part.causal)
 
-    def attention_head_dim(self, absorbed: bool) -> float:
+    def attention_head_dim(self, absorbed: bool) -> float | None:
         """Mean query-key / value head dim of the attention kernel (``Op.head_dim``; the same
         for dense and MoE layers)."""
         t = (self._attn_absorbed if absorbed else self._attn)[next(iter(self._attn))]
-        return evaluate(t.head_dim, self._env)
+        return None if t.head_dim is None else t.head_dim.evaluate(self._env)
 
     def attention_coefficients(self, absorbed: bool) -> tuple[float, float, float]:
         """``(FLOPs per query·key pair, bytes per query, bytes per key)`` of the attention

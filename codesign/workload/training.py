@@ -153,7 +153,7 @@ def _bind(t: OpTemplate, env: Mapping[str, float], layer: int, precision: str,
                     and env["aw"] == 1.0 else None),
         fused_bytes=None if t.fused_bytes is None else t.fused_bytes.evaluate(env),
         host_sync=t.host_sync,
-        head_dim=evaluate(t.head_dim, env),
+        head_dim=None if t.head_dim is None else t.head_dim.evaluate(env),
     )
 
 
