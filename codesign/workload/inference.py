@@ -63,7 +63,7 @@ from codesign.workload.layers import (
     head_template,
     layer_template,
 )
-from codesign.workload.ops import OpTemplate, comm, evaluate, memory
+from codesign.workload.ops import OpTemplate, comm, evaluate, evaluate_optional, memory
 from codesign.workload.step_shape import StepShape
 from codesign.workload.symbolic import Sym
 from codesign.workload.training import layer_assignment
@@ -262,8 +262,8 @@ class InferenceWorkload:
             precision=(self.gemm_dtype if t.precision == "gemm" and t.name not in
                        UNQUANTIZED_GEMMS else "bf16"),
             count=evaluate(t.count, env) if t.count is not None else 1.0,
-            fused_bytes=None if t.fused_bytes is None else t.fused_bytes.evaluate(env),
-            head_dim=None if t.head_dim is None else t.head_dim.evaluate(env))
+            fused_bytes=evaluate_optional(t.fused_bytes, env),
+            head_dim=evaluate_optional(t.head_dim, env))
 
     def _keep(self, op: Op) -> bool:
         if op.kind == "comm":
@@ -325,11 +325,13 @@ class InferenceWorkload:
         op = self._bind(t, env, layer, name=part.name)
         return replace(op, causal=part.causal)
 
+    def _kernel_template(self, absorbed: bool) -> OpTemplate:
+        """The attention kernel's template (the same for dense and MoE layers)."""
+        return (self._attn_absorbed if absorbed else self._attn)[next(iter(self._attn))]
+
     def attention_head_dim(self, absorbed: bool) -> float | None:
-        """Mean query-key / value head dim of the attention kernel (``Op.head_dim``; the same
-        for dense and MoE layers)."""
-        t = (self._attn_absorbed if absorbed else self._attn)[next(iter(self._attn))]
-        return None if t.head_dim is None else t.head_dim.evaluate(self._env)
+        """Mean query-key / value head dim of the attention kernel (``Op.head_dim``)."""
+        return evaluate_optional(self._kernel_template(absorbed).head_dim, self._env)
 
     def attention_coefficients(self, absorbed: bool) -> tuple[float, float, float]:
         """``(FLOPs per query·key pair, bytes per query, bytes per key)`` of the attention
@@ -339,7 +341,7 @@ class InferenceWorkload:
         hit = self._coeffs.get(key)
         if hit is not None:
             return hit
-        t = (self._attn_absorbed if absorbed else self._attn)[next(iter(self._attn))]
+        t = self._kernel_template(absorbed)
 
         def at(queries: float, pairs: float, keys: float) -> tuple[float, float]:
             s = pairs / queries

@@ -117,3 +117,8 @@ def comm(name: str, fwd: str | None, bwd: str | None, group: str, size: ExprLike
 def evaluate(expr: Expr | None, env: Mapping[str, float]) -> float:
     """Value of an optional expression (``None`` is 0)."""
     return 0.0 if expr is None else expr.evaluate(env)
+
+
+def evaluate_optional(expr: Expr | None, env: Mapping[str, float]) -> float | None:
+    """Value of an optional expression, ``None`` staying ``None`` (a field the operator lacks)."""
+    return None if expr is None else expr.evaluate(env)

@@ -39,7 +39,7 @@ from codesign.workload.layers import (
     layer_template,
 )
 from codesign.workload.lora import frozen_only, lora_layer
-from codesign.workload.ops import OpTemplate, evaluate
+from codesign.workload.ops import OpTemplate, evaluate, evaluate_optional
 
 OPT_BYTES_PER_PARAM = 4 + 4 + 4  # fp32 master weights + Adam m + Adam v
 #: HBM traffic of one Adam update per local parameter: read+write master, m, v (24 B),
@@ -151,9 +151,9 @@ def _bind(t: OpTemplate, env: Mapping[str, float], layer: int, precision: str,
         attn_shape=(tuple(x.evaluate(env) for x in t.attn)  # type: ignore[arg-type]
                     if t.attn is not None and env["T"] == env["b"] * env["S"]
                     and env["aw"] == 1.0 else None),
-        fused_bytes=None if t.fused_bytes is None else t.fused_bytes.evaluate(env),
+        fused_bytes=evaluate_optional(t.fused_bytes, env),
         host_sync=t.host_sync,
-        head_dim=None if t.head_dim is None else t.head_dim.evaluate(env),
+        head_dim=evaluate_optional(t.head_dim, env),
     )
 
 
