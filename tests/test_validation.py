@@ -4,17 +4,20 @@ independent computations; the calibration fit recovers a known parameter."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from conftest import tiny_model, tiny_run
 
 from codesign.api import simulate_run
+from codesign.catalogs import catalog_root
 from codesign.cli import main
 from codesign.specs.base import evolve
-from codesign.specs.catalog import load_gpu
+from codesign.specs.catalog import fitted_fractions, fraction_owner, load_gpu, nearest_part
 from codesign.validation.calibrate import FixedCase, fit_fraction, sibling_fraction, with_fraction
 from codesign.validation.runner import run_csv, summarize
 from codesign.validation.training_cases import (
@@ -161,6 +164,60 @@ def test_a_held_out_gpu_without_a_fit_takes_its_siblings_fraction() -> None:
     # (MI300X 1,307 TFLOP/s: H100)
     assert sibling_fraction(load_gpu("mi300x"), fitted) == 0.7
     assert sibling_fraction(load_gpu("b200"), {}) == 1.0  # nothing fitted: uncalibrated
+
+
+def test_two_rows_give_one_least_squares_fraction_between_their_own() -> None:
+    """Mean squared log error has one minimum for two rows whose own fractions differ (the
+    mean absolute log error is flat between them): for a step inversely proportional to the
+    fraction it is their geometric mean."""
+    run = tiny_run(num_gpus=2, pp=2, global_batch_size=8,
+                   model=tiny_model(hidden_size=4096, ffn_hidden_size=16384, num_heads=32,
+                                    seq_len=2048))
+    cases = []
+    for i, f in enumerate((0.7, 0.9)):
+        t = simulate_run(with_fraction(run, f)).step_time_s
+        assert t is not None
+        cases.append(FixedCase(MappedCase(f"S{i}", f"src{i}", "test", ((run,),), ((),),
+                                          Measurement("iteration_time_s", t)), run))
+    assert fit_fraction(cases) == pytest.approx(math.sqrt(0.7 * 0.9), abs=0.01)
+
+
+def test_parts_of_one_die_are_fitted_together() -> None:
+    """GB200 is B200's die in a Grace superchip: its entry states no fraction of its own
+    (``efficiency_from: b200``), so its rows calibrate B200's, and GB300 (up the chain) runs
+    with it too; a part that states its own (H100) or none up its chain (H200) is its own."""
+    assert fraction_owner("gb200") == fraction_owner("gb300") == "b200"
+    assert fraction_owner("h100-sxm") == "h100-sxm" and fraction_owner("h800") == "h100-sxm"
+    assert fraction_owner("h200") == "h200"
+    b200 = load_gpu("b200").efficiency
+    for part in ("gb200", "gb300"):
+        assert load_gpu(part).efficiency.sustained_fraction == b200.sustained_fraction
+    assert load_gpu("gb200").efficiency.gemm_max != b200.gemm_max  # its own measurements
+
+
+def test_a_catalog_part_without_a_fraction_takes_its_nearest_fitted_siblings() -> None:
+    """The catalog applies the sibling rule to the end-to-end fraction as calibration's
+    held-out folds do: H200 (989 TFLOP/s BF16, measured efficiencies of its own) runs with
+    the fitted NVIDIA part nearest in peak (H100's), MI300X (1,307; no AMD part fitted) with
+    the nearest of any vendor (H100, not B200's 2,250), MI250X (efficiency_from MI300X) with
+    MI300X's. A CPU entry and a user's own file stay uncalibrated (1.0)."""
+    fitted = fitted_fractions()
+    assert "h200" not in fitted and "mi300x" not in fitted
+    h100 = fitted["h100-sxm"][2]
+    for part in ("h200", "mi300x", "mi250x"):
+        assert load_gpu(part).efficiency.sustained_fraction == h100
+    assert nearest_part("amd", 1307.4, [("b200", "nvidia", 2250.0),
+                                        ("h100-sxm", "nvidia", 989.0)]) == "h100-sxm"
+    assert nearest_part("nvidia", 989.0, []) is None
+    assert load_gpu("xeon-8480").efficiency.sustained_fraction == 1.0
+
+
+def test_a_user_gpu_file_keeps_the_uncalibrated_fraction(tmp_path: Path) -> None:
+    data = yaml.safe_load((catalog_root("hardware") / "h200.yaml").read_text())
+    data["name"] = "my-h200"
+    path = tmp_path / "my-h200.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert load_gpu(str(path)).efficiency.sustained_fraction == 1.0
 
 
 @pytest.mark.slow

@@ -7,7 +7,8 @@ and are installed as package data (``codesign.catalogs.*``), so lookups work fro
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+import math
+from collections.abc import Callable, Iterable, Iterator
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -161,19 +162,96 @@ def derive_efficiency(data: Any, origin: str, seen: tuple[str, ...] = ()) -> Any
     if ref in seen:
         raise SpecError(f"{origin}: GpuSpec.efficiency_from: cycle {' -> '.join((*seen, ref))}")
     sib_origin, sibling = _lookup_raw("hardware", ref)
-    sibling = derive_efficiency(sibling, sib_origin, (*seen, ref))
+    sibling = _with_sibling_fraction(derive_efficiency(sibling, sib_origin, (*seen, ref)))
     own = data.get("efficiency") or {}
     if not isinstance(own, dict) or not isinstance(sibling.get("efficiency"), dict):
         return data
     return {**data, "efficiency": {**sibling["efficiency"], **own}}
 
 
+def dense_peak(data: Any) -> float | None:
+    """Dense BF16 (else FP16) peak of raw GPU data, TFLOP/s; None when it states neither."""
+    peaks = data.get("peak_tflops") if isinstance(data, dict) else None
+    if not isinstance(peaks, dict):
+        return None
+    value = peaks.get("bf16") or peaks.get("fp16")
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def nearest_part(vendor: str, peak: float,
+                 parts: Iterable[tuple[str, str, float]]) -> str | None:
+    """The sibling rule's last steps: of ``parts`` (name, vendor, dense peak TFLOP/s), the one
+    of ``vendor`` nearest to ``peak`` in log distance (the nearest generation), else the
+    nearest of any vendor; ties go to the first name. None when ``parts`` is empty."""
+    pool = sorted(parts)
+    same = [p for p in pool if p[1] == vendor] or pool
+    if not same:
+        return None
+    return min(same, key=lambda p: abs(math.log(p[2] / peak)))[0]
+
+
+@cache
+def fitted_fractions() -> dict[str, tuple[str, float, float]]:
+    """name -> (vendor, dense peak TFLOP/s, sustained_fraction) of every catalog GPU whose own
+    entry states its fitted ``efficiency.sustained_fraction``."""
+    out: dict[str, tuple[str, float, float]] = {}
+    for _, data in catalog_entries("hardware"):
+        eff, peak = data.get("efficiency"), dense_peak(data)
+        if (data.get("kind", "gpu") == "gpu" and isinstance(eff, dict) and peak
+                and isinstance(eff.get("sustained_fraction"), (int, float))):
+            out[str(data["name"])] = (str(data.get("vendor", "")), peak,
+                                      float(eff["sustained_fraction"]))
+    return out
+
+
+def fraction_owner(name: str) -> str:
+    """The catalog GPU whose own entry states the ``sustained_fraction`` that ``name`` runs
+    with: ``name`` itself, else the first part up its ``efficiency_from`` chain that states
+    one (parts of one die share one fitted fraction: their rows calibrate it together);
+    ``name`` when no part of the chain states one (it then takes its nearest fitted sibling's,
+    :func:`load_gpu`, but its own rows fit a value of its own)."""
+    seen: set[str] = set()
+    part: str | None = name
+    while part is not None and part not in seen:
+        seen.add(part)
+        try:
+            _, data = _lookup_raw("hardware", part)
+        except SpecError:
+            return name
+        if str(data.get("name", part)) in fitted_fractions():
+            return str(data.get("name", part))
+        part = str(data["efficiency_from"]) if data.get("efficiency_from") else None
+    return name
+
+
+def _with_sibling_fraction(data: Any) -> Any:
+    """Raw catalog GPU data whose efficiency block (after :func:`derive_efficiency`) states no
+    ``sustained_fraction``, completed with its nearest fitted sibling's (same vendor nearest in
+    dense peak, else any vendor: :func:`nearest_part`) — the sibling rule for the one
+    end-to-end figure, which is fitted on published runs and not measured per part."""
+    eff, peak = data.get("efficiency"), dense_peak(data)
+    if (data.get("kind", "gpu") != "gpu" or not isinstance(eff, dict) or not peak
+            or "sustained_fraction" in eff):
+        return data
+    fitted = fitted_fractions()
+    sibling = nearest_part(str(data.get("vendor", "")), peak,
+                           ((n, v, p) for n, (v, p, _) in fitted.items()))
+    if sibling is None:
+        return data
+    return {**data, "efficiency": {**eff, "sustained_fraction": fitted[sibling][2]}}
+
+
 @lru_cache(maxsize=256)
 def load_gpu(ref: str) -> GpuSpec:
     """A GPU by catalog name/alias (``h100``) or YAML path (an ``efficiency_from`` sibling
-    completes its efficiency block, :func:`derive_efficiency`)."""
+    completes its efficiency block, :func:`derive_efficiency`; a catalog part with no
+    ``sustained_fraction`` of its own or up its chain takes its nearest fitted sibling's,
+    :func:`_with_sibling_fraction`; a user file keeps the uncalibrated default)."""
     origin, data = _lookup_raw("hardware", ref)
-    gpu = GpuSpec.parse(derive_efficiency(data, origin), origin)
+    data = derive_efficiency(data, origin)
+    if origin.startswith("hardware/"):
+        data = _with_sibling_fraction(data)
+    gpu = GpuSpec.parse(data, origin)
     if gpu.measured is not None:  # make table paths absolute: the spec is self-contained
         base = gpu_base_dir(ref)
         files = {k: (str((base / v).resolve()) if base is not None and v

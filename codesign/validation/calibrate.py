@@ -6,9 +6,14 @@ Procedure (reproducible: ``codesign calibrate PATH.csv``):
    (recompute, interleaving depth) are fixed from the uncalibrated simulation.
 2. For each GPU type, ``sustained_fraction`` — the fraction of the microbenchmark GEMM and
    attention efficiencies sustained in end-to-end training — is the value in [0.4, 1.0] that
-   minimizes the mean absolute log error over that GPU's rows (golden-section search). It is
-   one physically meaningful number per GPU, never per model, case or source; rows of other
-   GPUs do not move it, and network parameters stay at their microbenchmark values.
+   minimizes the mean squared log error over that GPU's rows (least squares in log space,
+   golden-section search; unlike the mean absolute log error it has one minimum when a GPU
+   has an even number of rows, e.g. two). It is one physically meaningful number per die,
+   never per model, case or source: parts that share a die and say so in the catalog (an
+   ``efficiency_from`` chain to the part that states the fraction, e.g. GB200 -> B200, the
+   same Blackwell GPU in a Grace superchip) are fitted together on their pooled rows
+   (:func:`codesign.specs.catalog.fraction_owner`); rows of other GPUs do not move it, and
+   network parameters stay at their microbenchmark values.
 3. Generalization is measured by splitting the cases by source into two halves: fit on one
    half, report the error on the other, both ways. A GPU with no row in the fitting half
    takes the fraction of its closest fitted sibling, as a part nobody measured does in the
@@ -26,7 +31,7 @@ from dataclasses import dataclass
 
 from codesign.api import simulate_run
 from codesign.specs.base import SpecError, evolve
-from codesign.specs.catalog import load_gpu
+from codesign.specs.catalog import fraction_owner, load_gpu, nearest_part
 from codesign.specs.gpu import GpuSpec
 from codesign.specs.run import TrainingRun
 from codesign.validation.runner import CaseResult, predicted_metric, short_source
@@ -81,10 +86,10 @@ def log_error(fc: FixedCase, fraction: float) -> float:
 
 
 def fit_fraction(cases: Sequence[FixedCase], tol: float = 0.002) -> float:
-    """Golden-section minimum of the mean absolute log error over ``cases``."""
+    """Golden-section minimum of the mean squared log error over ``cases``."""
 
     def f(x: float) -> float:
-        return sum(log_error(c, x) for c in cases) / len(cases)
+        return sum(log_error(c, x) ** 2 for c in cases) / len(cases)
 
     return golden_min(f, tol)
 
@@ -111,7 +116,8 @@ def sibling_fraction(gpu: GpuSpec, fractions: dict[str, float]) -> float:
     """``gpu``'s fitted fraction, else its closest fitted sibling's (the catalog's sibling
     rule, module docstring step 3): the first fitted part up its ``efficiency_from`` chain,
     else the fitted part of the same vendor nearest in dense BF16 peak (log distance), else
-    of any vendor; 1.0 (uncalibrated) when nothing is fitted."""
+    of any vendor (:func:`codesign.specs.catalog.nearest_part`); 1.0 (uncalibrated) when
+    nothing is fitted."""
     seen: set[str] = set()
     part: GpuSpec | None = gpu
     while part is not None and part.name not in seen:
@@ -120,13 +126,8 @@ def sibling_fraction(gpu: GpuSpec, fractions: dict[str, float]) -> float:
         seen.add(part.name)
         part = _catalog_gpu(part.efficiency_from) if part.efficiency_from else None
     fitted = [g for g in map(_catalog_gpu, sorted(fractions)) if g is not None]
-    if not fitted:
-        return 1.0
-    same = [g for g in fitted if g.vendor == gpu.vendor] or fitted
-
-    def distance(g: GpuSpec) -> float:
-        return abs(math.log(_peak(g) / _peak(gpu)))
-    return fractions[min(same, key=distance).name]
+    name = nearest_part(gpu.vendor, _peak(gpu), ((g.name, g.vendor, _peak(g)) for g in fitted))
+    return 1.0 if name is None else fractions[name]
 
 
 def _catalog_gpu(name: str) -> GpuSpec | None:
@@ -140,6 +141,11 @@ def _catalog_gpu(name: str) -> GpuSpec | None:
 def _peak(gpu: GpuSpec) -> float:
     """Dense BF16 (else FP16) peak, TFLOP/s."""
     return gpu.peak_tflops.get("bf16") or gpu.peak_tflops["fp16"]
+
+
+def owner(fc: FixedCase) -> str:
+    """The part whose fitted fraction ``fc``'s row calibrates (its die's, see module doc)."""
+    return fraction_owner(fc.gpu)
 
 
 def evaluate(cases: Sequence[FixedCase], fractions: dict[str, float]) -> list[CaseResult]:
@@ -168,10 +174,11 @@ def source_halves(cases: Sequence[FixedCase]) -> tuple[set[str], set[str]]:
 
 def fit(cases: Sequence[FixedCase], jobs: int = 1,
         done: Callable[[int], None] = lambda k: None) -> dict[str, float]:
-    """``sustained_fraction`` per GPU type present in ``cases``; with ``jobs`` > 1, one
-    process per GPU type (the fits are independent). ``done(1)`` after each GPU type."""
-    gpus = sorted({c.gpu for c in cases})
-    groups = [[c for c in cases if c.gpu == g] for g in gpus]
+    """``sustained_fraction`` per fitted part (a die's rows pooled, :func:`owner`) present in
+    ``cases``; with ``jobs`` > 1, one process per part (the fits are independent).
+    ``done(1)`` after each part."""
+    gpus = sorted({owner(c) for c in cases})
+    groups = [[c for c in cases if owner(c) == g] for g in gpus]
     if jobs <= 1 or len(groups) <= 1:
         out = {}
         for g, grp in zip(gpus, groups, strict=True):
@@ -207,7 +214,7 @@ def calibrate(cases: Sequence[MappedCase], jobs: int = 1,
     once the fits are counted, called with 1 after each per-GPU fit (a progress bar)."""
     fixed = settle(cases)
     half_a, half_b = source_halves(fixed)
-    total = sum(len({c.gpu for c in grp}) for grp in (
+    total = sum(len({owner(c) for c in grp}) for grp in (
         fixed, [c for c in fixed if c.source in half_a], [c for c in fixed if c.source in half_b]))
     done = progress(total) if progress is not None else (lambda k: None)
     fractions = fit(fixed, jobs, done)
