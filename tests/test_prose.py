@@ -124,6 +124,12 @@ def test_nearby_batches_widest_dp_first_within_ten_percent() -> None:
     assert prose.nearby_batches(2048, 1024) == []  # every power-of-two dp divides 2,048
 
 
+@pytest.mark.parametrize(("text", "want"), DATA["other_metric"])
+def test_other_measured(text: str, want: list[object] | None) -> None:
+    """A free-text measurement cell reads as the quantity and value it states."""
+    assert prose.read_other_metric(text) == (tuple(want) if want else None), text
+
+
 #: readers whose reading is one value per phrasing: the corpus key -> the reader
 READERS = {
     "recompute": prose.read_recompute,

@@ -3,6 +3,7 @@ independent computations; the calibration fit recovers a known parameter."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import re
@@ -164,6 +165,37 @@ def test_a_held_out_gpu_without_a_fit_takes_its_siblings_fraction() -> None:
     # (MI300X 1,307 TFLOP/s: H100)
     assert sibling_fraction(load_gpu("mi300x"), fitted) == 0.7
     assert sibling_fraction(load_gpu("b200"), {}) == 1.0  # nothing fitted: uncalibrated
+
+
+def test_a_row_whose_only_measurement_is_prose_is_compared_on_it(tmp_path: Path) -> None:
+    """Narayanan et al.'s 3,072-GPU row with its metric columns emptied: its other_measured
+    cell ("aggregate 502.0 PFLOP/s", Megatron's recompute-inclusive count) becomes 502,000 /
+    3,072 TFLOP/s per GPU and the row is simulated as with the column."""
+    rows = read_rows(SHARED)
+    row = next(r for r in rows if r["case_id"] == "T010")
+    assert "502.0 PFLOP/s" in row["other_measured"]
+    blank = {**row, **{c: "" for c in ("iteration_time_s", "tokens_per_s_total",
+                                       "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu_pct",
+                                       "hfu_pct")}}
+    path = tmp_path / "prose_metric.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(row))
+        w.writeheader()
+        w.writerow(blank)
+    [(_, case)] = list(iter_cases(path))
+    assert isinstance(case, MappedCase)
+    assert case.measurement.metric == "tflops_per_gpu"
+    assert case.measurement.value == pytest.approx(502_000 / 3072)
+    assert case.measurement.flop_formula == "megatron-recompute"
+    [result] = run_csv(path)
+    assert result.status == "ok" and result.predicted is not None
+    blank["other_measured"] = "trained for 21 days"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(row))
+        w.writeheader()
+        w.writerow(blank)
+    [(_, reason)] = list(iter_cases(path))
+    assert isinstance(reason, str) and "other_measured" in reason
 
 
 def test_two_rows_give_one_least_squares_fraction_between_their_own() -> None:

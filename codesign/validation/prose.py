@@ -102,6 +102,51 @@ def read_number(text: str) -> Number | None:
     return Number(value, rest.strip(), tuple(notes), suffix)
 
 
+#: a number with an optional magnitude suffix ("1.2k", "380"), as metric prose writes it
+_QTY = r"(\d+(?:\.\d+)?)\s*([km](?![a-z]))?\s*"
+_PER_DEVICE = r"\s*(?:/|per)\s*(?:gpu|device|chip|accelerator|xpu)\b"
+_PER_SECOND = r"(?:/\s*s(?:ec)?\b|per\s+sec(?:ond)?\b)"
+#: (pattern, kind, scale); first match wins. What a free-text measurement cell (the schema's
+#: ``other_measured``) states when the metric columns are empty, as reports write it: step
+#: time ("2.3 s/step", "iteration time of 850 ms"), tokens/s per device or in all ("3,100
+#: tokens/s/GPU", "1.2M tokens per second"), samples/s, TFLOP/s per device, aggregate
+#: PFLOP/s / EFLOP/s ("aggregate 502 PFLOP/s"), MFU / HFU. ``kind`` names the quantity:
+#: a metric column, ``tflops_total`` (all devices, TFLOP/s) or ``samples_per_s``; the
+#: reading is multiplied by ``scale`` (ms -> s, PFLOP/s -> TFLOP/s).
+OTHER_METRIC_PATTERNS: tuple[tuple[str, str, float], ...] = (
+    (rf"{_QTY}(ms|s|sec|seconds?)\s*(?:/|per)\s*(?:step|iter(?:ation)?|batch)\b",
+     "iteration_time_s", 1.0),
+    (r"(?:step|iteration|iter)[- ]time\s*(?:of|=|:|was|is|~|≈|about|\s)*"
+     rf"{_QTY}(ms|s|sec|seconds?)\b", "iteration_time_s", 1.0),
+    (rf"{_QTY}tok(?:en)?s?\s*{_PER_SECOND}{_PER_DEVICE}", "tokens_per_s_per_gpu", 1.0),
+    (rf"{_QTY}tok(?:en)?s?\s*{_PER_SECOND}", "tokens_per_s_total", 1.0),
+    (rf"{_QTY}(?:samples|sequences|seqs)\s*{_PER_SECOND}", "samples_per_s", 1.0),
+    (rf"{_QTY}tflop/?s{_PER_DEVICE}", "tflops_per_gpu", 1.0),
+    (rf"{_QTY}pflop/?s\b", "tflops_total", 1e3),
+    (rf"{_QTY}eflop/?s\b", "tflops_total", 1e6),
+    (r"\bmfu\s*(?:of|=|:|was|is|~|≈|about|\s)*(\d+(?:\.\d+)?)()\s*%", "mfu_pct", 1.0),
+    (r"(\d+(?:\.\d+)?)()\s*%\s*(?:model\s+flops?\s+utili[sz]ation|mfu)\b", "mfu_pct", 1.0),
+    (r"\bhfu\s*(?:of|=|:|was|is|~|≈|about|\s)*(\d+(?:\.\d+)?)()\s*%", "hfu_pct", 1.0),
+    (r"(\d+(?:\.\d+)?)()\s*%\s*(?:hardware\s+flops?\s+utili[sz]ation|hfu)\b", "hfu_pct", 1.0),
+)
+
+
+def read_other_metric(text: str) -> tuple[str, float] | None:
+    """The measurement a free-text cell states (:data:`OTHER_METRIC_PATTERNS`): ``(kind,
+    value)`` with ``value`` in the kind's unit (seconds, tokens/s, TFLOP/s, %); ``None``
+    when it states none of them."""
+    low = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text.lower())
+    for pattern, kind, scale in OTHER_METRIC_PATTERNS:
+        m = re.search(pattern, low)
+        if not m:
+            continue
+        value = float(m.group(1)) * {"k": 1e3, "m": 1e6}.get(m.group(2) or "", 1.0) * scale
+        if kind == "iteration_time_s" and m.group(3) == "ms":
+            value *= 1e-3
+        return kind, value
+    return None
+
+
 def read_seconds(text: str) -> Number | None:
     """A duration in seconds: "1.2 s", "850 ms", "2.5 min", "~12 s/iter" (no unit: seconds)."""
     n = read_number(text)

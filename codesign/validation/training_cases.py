@@ -64,6 +64,7 @@ from codesign.validation.prose import (
     read_interleave,
     read_nic_gbps,
     read_number,
+    read_other_metric,
     read_overlap_comm,
     read_pointwise_kernels,
     read_precision,
@@ -162,12 +163,15 @@ def measurement_of(row: dict[str, str], framework: str,
     "850 ms"); what reading took goes to ``notes``."""
     notes = notes if notes is not None else []
     read: dict[str, float] = {}
+    text = {col: row.get(col, "") for col in _METRICS}
     for col in _METRICS:
         cell = row.get(col, "")
         n = read_seconds(cell) if col == "iteration_time_s" else read_number(cell)
         if n is not None and n.value > 0:
             read[col] = n.value
             notes.extend(f"{col}: {note}" for note in n.notes)
+    if not read:
+        read, text = _other_measured(row, notes)
     if "iteration_time_s" in read:
         return Measurement("iteration_time_s", read["iteration_time_s"])
     if "tokens_per_s_total" in read:
@@ -183,9 +187,9 @@ def measurement_of(row: dict[str, str], framework: str,
                 row.get(k, "") for k in ("source", "source_location", "notes")).lower())
             else "model")
         if formula == "model" and (col == "hfu_pct" or _HARDWARE_FLOPS.search(
-                row[col].lower())):
+                text[col].lower())):
             formula = "hardware"
-            notes.append(f"{col} '{row[col]}' counts hardware FLOPs (recompute included)")
+            notes.append(f"{col} '{text[col]}' counts hardware FLOPs (recompute included)")
         value = read[col]
         if col != "tflops_per_gpu" and value <= 1.0:  # written as a fraction ("0.52")
             notes.append(f"{col} {value:g} read as a fraction: {100 * value:g}%")
@@ -193,7 +197,35 @@ def measurement_of(row: dict[str, str], framework: str,
         return Measurement(col, value, formula)
     raise Unsupported("no measured metric: iteration_time_s, tokens_per_s_total, "
                       "tokens_per_s_per_gpu, tflops_per_gpu, mfu_pct and hfu_pct hold no "
-                      "number")
+                      "number, and other_measured states none of them")
+
+
+def _other_measured(row: dict[str, str],
+                    notes: list[str]) -> tuple[dict[str, float], dict[str, str]]:
+    """The metric the free-text ``other_measured`` cell states when every metric column is
+    empty (:func:`~codesign.validation.prose.read_other_metric`), as ``{column: value}`` and
+    the cell's text per column: aggregate TFLOP/s become per device, samples/s tokens/s
+    (times the row's sequence length); ``({}, {})`` when it states none it can convert."""
+    cell = row.get("other_measured", "")
+    reading = read_other_metric(cell)
+    if reading is None:
+        return {}, {}
+    kind, value = reading
+    col = kind
+    if kind == "tflops_total":
+        gpus = device_count(row)
+        if not gpus:
+            return {}, {}
+        col, value = "tflops_per_gpu", value / gpus
+    elif kind == "samples_per_s":
+        seq = _seq_len(row, notes)
+        if not seq:
+            return {}, {}
+        col, value = "tokens_per_s_total", value * seq
+    if value <= 0:
+        return {}, {}
+    notes.append(f"metric from other_measured '{cell.strip()}': {col} {value:g}")
+    return {col: value}, {col: cell}
 
 
 GATED_FAMILIES = ("llama", "qwen", "mixtral", "mistral", "oss", "deepseek")
