@@ -1,9 +1,10 @@
 """Training rows as people write them (issue 12): papers, READMEs, MLPerf results and blog
 posts, each mapped to its GPU, system, framework and plan, and every one simulated.
 
-tests/data/training_descriptions.csv holds 53 rows phrased after published runs (Megatron-LM
+tests/data/training_descriptions.csv holds 55 rows phrased after published runs (Megatron-LM
 2019 to Nemotron-4, BLOOM, OPT, Llama 2/3, Falcon, torchtitan, DeepSeek-V2/V3, MLPerf GPT-3 and
-Llama 2 70B LoRA, TPU v5p/v6e, MI300X, Gaudi 2/3, GH200); their measured values are
+Llama 2 70B LoRA, TPU v5p/v6e, MI300X, Gaudi 2/3, GH200, Megatron-Bridge's Kimi K2 and
+Nemotron 3 Nano); their measured values are
 placeholders (the source column says so), so only the mapping and feasibility are asserted.
 """
 
@@ -259,11 +260,13 @@ _KEY_ROWS = {
     "R33": ("megatron-core", "gh200", "quad-gh200"),
     "R44": ("llama3", "h100-sxm", "dgx-h100"),
     "R50": ("megatron-core", "a800-80gb", "dgx-a800"),
+    "R54": ("megatron-core", "gb300", "gb300-nvl72"),
+    "R55": ("megatron-core", "gb300", "gb300-nvl72"),
 }
 
 
 def test_every_training_description_simulates() -> None:
-    """All 53 rows map and simulate (R24, MLPerf Llama 2 70B LoRA on 8 H100 at TP 4 CP 2, as
+    """All 55 rows map and simulate (R24, MLPerf Llama 2 70B LoRA on 8 H100 at TP 4 CP 2, as
     LoRA fine-tuning: training every weight of 70B / 4 would not fit 80 GB); key rows map to
     the framework, GPU, system and plan their text states."""
     cases: dict[str, MappedCase] = {}
@@ -271,7 +274,7 @@ def test_every_training_description_simulates() -> None:
         assert not isinstance(case, str), (row["case_id"], case)
         assert row["source"].startswith("test row (hypothetical measurement")
         cases[row["case_id"]] = case
-    assert len(cases) == 53
+    assert len(cases) == 55
     results = {cid: run_case(case) for cid, case in cases.items()}
     failing = {cid: r.reason for cid, r in results.items() if r.status != "ok"}
     assert not failing, failing
@@ -294,6 +297,10 @@ def test_every_training_description_simulates() -> None:
     assert par["R40"].global_batch_size == 1944 and par["R40"].tp == 1
     # DeepSeek-V3 on H100, EP 64 over 32 replicas x TP 2: expert TP 1
     assert par["R46"].expert_tp == 1
+    # Megatron-Bridge names its models as in its tables: catalog Kimi K2 (MLA, 384 experts)
+    # and the hybrid Mamba-2 / MoE Nemotron 3 Nano
+    assert (runs["R54"].model.name, runs["R55"].model.name) == ("kimi-k2",
+                                                                "nemotron3-nano-30b-a3b")
     # fp8 where the precision cell says float8 / FP8 / amp_fp8
     assert all(par[c].dtype == "fp8" for c in ("R10", "R12", "R16", "R20", "R45"))
     assert cases["R49"].measurement.metric == "hfu_pct"
