@@ -26,6 +26,14 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _own_fractions(d: dict[str, Any]) -> str:
+    """How many efficiency fractions a part with an ``efficiency_from`` sibling states itself
+    (GB200 measures its own and takes B200's sustained fraction), as a suffix."""
+    own = d.get("efficiency") or {}
+    n = len(own) if isinstance(own, dict) else 0
+    return f" ({n} fraction{'s' if n != 1 else ''} its own)" if n else ""
+
+
 def _describe(kind: str, d: dict[str, Any]) -> str:
     if kind == "gpus":
         peaks = d.get("peak_tflops", {})
@@ -34,7 +42,7 @@ def _describe(kind: str, d: dict[str, Any]) -> str:
         return (f"{d.get('kind', 'gpu')}: {half} {peaks.get(half, '?')} TFLOP/s, "
                 f"{d.get('hbm_capacity_GB')} GB {mem} at "
                 f"{d.get('hbm_bandwidth_TBps')} TB/s, system {d.get('default_topology')}"
-                + (f"; efficiency assumed from {d['efficiency_from']}"
+                + (f"; efficiency assumed from {d['efficiency_from']}{_own_fractions(d)}"
                    if d.get("efficiency_from") else ""))
     if kind == "topologies":
         if d.get("kind") == "fullflat":
