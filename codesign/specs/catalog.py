@@ -197,7 +197,7 @@ def fitted_fractions() -> dict[str, tuple[str, float, float]]:
     out: dict[str, tuple[str, float, float]] = {}
     for _, data in catalog_entries("hardware"):
         eff, peak = data.get("efficiency"), dense_peak(data)
-        if (data.get("kind", "gpu") == "gpu" and isinstance(eff, dict) and peak
+        if (data.get("kind", "gpu") != "cpu" and isinstance(eff, dict) and peak
                 and isinstance(eff.get("sustained_fraction"), (int, float))):
             out[str(data["name"])] = (str(data.get("vendor", "")), peak,
                                       float(eff["sustained_fraction"]))
@@ -230,7 +230,7 @@ def _with_sibling_fraction(data: Any) -> Any:
     dense peak, else any vendor: :func:`nearest_part`) — the sibling rule for the one
     end-to-end figure, which is fitted on published runs and not measured per part."""
     eff, peak = data.get("efficiency"), dense_peak(data)
-    if (data.get("kind", "gpu") != "gpu" or not isinstance(eff, dict) or not peak
+    if (data.get("kind", "gpu") == "cpu" or not isinstance(eff, dict) or not peak
             or "sustained_fraction" in eff):
         return data
     fitted = fitted_fractions()
