@@ -204,6 +204,7 @@ def fitted_fractions() -> dict[str, tuple[str, float, float]]:
     return out
 
 
+@lru_cache(maxsize=256)
 def fraction_owner(name: str) -> str:
     """The catalog GPU whose own entry states the ``sustained_fraction`` that ``name`` runs
     with: ``name`` itself, else the first part up its ``efficiency_from`` chain that states

@@ -177,8 +177,11 @@ def fit(cases: Sequence[FixedCase], jobs: int = 1,
     """``sustained_fraction`` per fitted part (a die's rows pooled, :func:`owner`) present in
     ``cases``; with ``jobs`` > 1, one process per part (the fits are independent).
     ``done(1)`` after each part."""
-    gpus = sorted({owner(c) for c in cases})
-    groups = [[c for c in cases if owner(c) == g] for g in gpus]
+    by_owner: dict[str, list[FixedCase]] = {}
+    for c in cases:
+        by_owner.setdefault(owner(c), []).append(c)
+    gpus = sorted(by_owner)
+    groups = [by_owner[g] for g in gpus]
     if jobs <= 1 or len(groups) <= 1:
         out = {}
         for g, grp in zip(gpus, groups, strict=True):

@@ -164,8 +164,7 @@ def measurement_of(row: dict[str, str], framework: str,
     notes = notes if notes is not None else []
     read: dict[str, float] = {}
     text = {col: row.get(col, "") for col in _METRICS}
-    for col in _METRICS:
-        cell = row.get(col, "")
+    for col, cell in text.items():
         n = read_seconds(cell) if col == "iteration_time_s" else read_number(cell)
         if n is not None and n.value > 0:
             read[col] = n.value
