@@ -141,6 +141,7 @@ READERS = {
     "precision": prose.read_precision,
     "attention_kernel": prose.read_attention_kernel,
     "fp8_recipe": prose.read_fp8_recipe,
+    "fp4_high_precision_layers": prose.read_fp4_high_precision_layers,
     "expert_tp": prose.read_expert_tp,
     "pointwise_kernels": prose.read_pointwise_kernels,
     "block_layout": prose.read_block_layout,
@@ -152,6 +153,7 @@ READERS = {
                          [(key, text, want) for key in READERS for text, want in DATA[key]])
 def test_reading(key: str, text: str, want: object) -> None:
     """Each phrasing reads as the corpus says: the same value and type (a switch reads
-    True / False / None, never 1 or 0)."""
+    True / False / None, never 1 or 0; a YAML list stands for a tuple)."""
     got = READERS[key](text)
+    want = tuple(want) if isinstance(want, list) else want
     assert got == want and type(got) is type(want), (key, text, got)

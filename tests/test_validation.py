@@ -370,3 +370,29 @@ def test_tp_beyond_powers_of_two_when_the_gpu_count_needs_it() -> None:
     chosen, notes = choose_plan(run, {"global_batch_size": 16})
     assert chosen.parallel.tp in (3, 6)
     assert any("beyond powers of two" in n for n in notes)
+
+
+_FP4_ROW = {"case_id": "F4", "source": "NVIDIA-NeMo/Megatron-Bridge performance summary",
+            "model": "Llama-3-70B", "gpu_type": "GB200 (NVL72 rack)", "num_gpus": "64",
+            "gpus_per_node": "72", "tp": "2", "pp": "4", "cp": "1", "vpp": "5",
+            "global_batch_size": "256", "micro_batch_size": "1", "seq_len": "8192",
+            "precision": "NVFP4", "tokens_per_s_per_gpu": "4864"}
+
+
+def test_an_nvfp4_row_runs_fp4_gemms_where_the_part_has_them() -> None:
+    from codesign.validation.training_cases import map_row
+
+    case = map_row(dict(_FP4_ROW))
+    p = case.candidates[0][0].parallel
+    # Megatron-Core / Bridge default: every transformer layer in NVFP4
+    assert (p.dtype, p.fp4_high_precision_first, p.fp4_high_precision_last) == ("fp4", 0, 0)
+    assert any("first_last_layers_bf16 off" in a for a in case.assumptions)
+    # the row's prose can keep layers in BF16 (the NVFP4 paper's recipe)
+    stated = map_row({**_FP4_ROW, "notes": "first 2 and last 8 blocks in BF16"})
+    q = stated.candidates[0][0].parallel
+    assert (q.fp4_high_precision_first, q.fp4_high_precision_last) == (2, 8)
+    # an H100 has no FP4 peak: the row runs its GEMMs in FP8 and says so
+    h100 = map_row({**_FP4_ROW, "gpu_type": "H100-SXM5-80GB", "gpus_per_node": "8",
+                    "tp": "4", "pp": "8"})
+    assert h100.candidates[0][0].parallel.dtype == "fp8"
+    assert any("no FP4 peak" in a for a in h100.assumptions)

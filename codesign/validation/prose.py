@@ -537,15 +537,45 @@ def read_interleave(text: str) -> tuple[int | None, bool]:
 
 
 def read_precision(text: str) -> str:
-    """The GEMM dtype of a precision cell: FP8 in any spelling (FP8-CS, "fp8 hybrid",
-    "Transformer Engine FP8", MXFP8) → fp8; FP4/NVFP4 → fp8 (the finest precision the plan
-    takes); fp16 alone → fp16; else bf16."""
+    """The GEMM dtype of a precision cell: FP4 in any spelling (NVFP4, MXFP4, "fp4", E2M1)
+    → fp4; FP8 in any spelling (FP8-CS, "fp8 hybrid", "Transformer Engine FP8", MXFP8) → fp8;
+    fp16 alone → fp16; else bf16. A part without an FP4 peak runs an fp4 row in FP8
+    (:func:`codesign.validation.training_cases.map_row` says so)."""
     t = text.strip().lower()
-    if re.search(r"fp8|float8|e4m3|mxfp8|fp4|nvfp4|mxfp4", t):
+    if re.search(r"fp4|e2m1", t):
+        return "fp4"
+    if re.search(r"fp8|float8|e4m3|mxfp8", t):
         return "fp8"
     if re.search(r"fp16|float16|half", t) and not re.search(r"bf16|bfloat", t):
         return "fp16"
     return "bf16"
+
+
+_LAYERS = r"(?:transformer\s+)?(?:layers?|blocks?)"
+_HIGH = r"(?:bf16|bfloat16|fp16|high[- ]precision|higher[- ]precision|fp8)"
+
+
+def read_fp4_high_precision_layers(text: str) -> tuple[int, int] | None:
+    """``(first, last)``: how many leading and trailing transformer layers an FP4 run keeps
+    in higher precision, as its prose says ("first 2 and last 8 blocks in BF16", "last 14
+    layers in BF16", "first and last layers in BF16" (one each, Megatron-LM's
+    ``--first-last-layers-bf16`` default), "all layers in NVFP4" → (0, 0)); ``None`` when it
+    says neither."""
+    t = text.lower()
+    if re.search(rf"all\s+{_LAYERS}\s+(?:in\s+)?(?:nv|mx)?fp4", t):
+        return 0, 0
+    m = re.search(rf"first\s+(\d+)\s+(?:{_LAYERS}\s+)?and\s+(?:the\s+)?last\s+(\d+)\s+"
+                  rf"{_LAYERS}[^.;]*?{_HIGH}", t)
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    m = re.search(rf"(first|last)\s+(\d+)\s+{_LAYERS}[^.;]*?{_HIGH}", t)
+    if m:
+        n = int(m.group(2))
+        return (n, 0) if m.group(1) == "first" else (0, n)
+    if re.search(rf"first\s*(?:and|/|&)\s*last\s+{_LAYERS}[^.;]*?{_HIGH}"
+                 r"|first[-_]last[-_]layers[-_]bf16", t):
+        return 1, 1
+    return None
 
 
 #: (pattern, recipe); first match wins. The FP8 scaling recipes as precision cells write
@@ -707,10 +737,32 @@ def read_nic_gbps(text: str, gpus_per_node: int) -> tuple[float, str] | None:
     return None
 
 
-__all__ = ["DISPATCHER_PATTERNS", "EP_OVERLAP_PATTERNS", "FP8_RECIPE_PATTERNS", "FP8_ROWWISE",
-           "NIC_PATTERNS",
-           "RECOMPUTE_LAYERS_PATTERNS", "RECOMPUTE_PATTERNS", "ZERO_PATTERNS", "Number",
-           "nearby_batches", "read_dispatcher", "read_ep_overlap", "read_fp8_recipe",
-           "read_global_batch", "read_interleave", "read_lora", "read_nic_gbps", "read_number",
-           "read_precision", "read_recompute", "read_recompute_layers", "read_seconds",
-           "read_seq_len", "read_switch", "read_zero", "states_capacity_factor"]
+__all__ = [
+    "DISPATCHER_PATTERNS",
+    "EP_OVERLAP_PATTERNS",
+    "FP8_RECIPE_PATTERNS",
+    "FP8_ROWWISE",
+    "NIC_PATTERNS",
+    "RECOMPUTE_LAYERS_PATTERNS",
+    "RECOMPUTE_PATTERNS",
+    "ZERO_PATTERNS",
+    "Number",
+    "nearby_batches",
+    "read_dispatcher",
+    "read_ep_overlap",
+    "read_fp4_high_precision_layers",
+    "read_fp8_recipe",
+    "read_global_batch",
+    "read_interleave",
+    "read_lora",
+    "read_nic_gbps",
+    "read_number",
+    "read_precision",
+    "read_recompute",
+    "read_recompute_layers",
+    "read_seconds",
+    "read_seq_len",
+    "read_switch",
+    "read_zero",
+    "states_capacity_factor",
+]

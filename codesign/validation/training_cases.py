@@ -59,6 +59,7 @@ from codesign.validation.prose import (
     read_dispatcher,
     read_ep_overlap,
     read_expert_tp,
+    read_fp4_high_precision_layers,
     read_fp8_recipe,
     read_global_batch,
     read_interleave,
@@ -376,6 +377,24 @@ def gpu_of(row: dict[str, str], notes: list[str]) -> tuple[GpuSpec, str]:
     return gpu, found.topology or gpu.default_topology
 
 
+def _fp4_plan(gpu: GpuSpec, prose: str, notes: list[str]) -> dict[str, Any]:
+    """Plan settings of a row trained in FP4 (NVFP4 / MXFP4): its GEMM dtype, FP8 on a part
+    without an FP4 peak (the finest it has), and how many first and last layers stay in
+    BF16: as the prose states, else none (Megatron-Core's and Transformer Engine's
+    default, ``first_last_layers_bf16`` off; Megatron-Bridge's ``bf16_with_nvfp4_mixed``
+    performance recipe keeps it off)."""
+    if "fp4" not in gpu.peak_tflops:
+        notes.append(f"FP4 GEMMs run as FP8 ({gpu.name} has no FP4 peak)")
+        return {"dtype": "fp8"}
+    stated = read_fp4_high_precision_layers(prose)
+    first, last = stated if stated is not None else (0, 0)
+    notes.append(f"NVFP4 GEMMs; first {first} and last {last} layers in BF16 "
+                 + ("(as the row states)" if stated is not None else
+                    "(framework default: first_last_layers_bf16 off)"))
+    return {"dtype": "fp4", "fp4_high_precision_first": first,
+            "fp4_high_precision_last": last}
+
+
 def gpu_and_topology_of(row: dict[str, str], notes: list[str]) -> tuple[GpuSpec, Any]:
     """The row's GPU and its system, with the network the row describes."""
     gpu, system = gpu_of(row, notes)
@@ -439,6 +458,8 @@ def map_row(row: dict[str, str]) -> MappedCase:
     gbs = _global_batch(row, model.seq_len or 2048, n, tp, pp, cp, notes)
     dtype = read_precision(row.get("precision", ""))
     plan: dict[str, Any] = dict(global_batch_size=gbs, dtype=dtype, seq_len=model.seq_len)
+    if dtype == "fp4":
+        plan.update(_fp4_plan(gpu, prose, notes))
     recipe = read_fp8_recipe(row.get("precision", ""))  # None unless an FP8 cell names one
     if recipe is not None:
         plan["fp8_recipe"] = recipe

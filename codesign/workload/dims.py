@@ -29,8 +29,12 @@ def plan_problems(run: TrainingRun) -> list[str]:
                    "MambaContextParallel all-to-all is not priced); use cp 1")
     if seq % p.cp:
         out.append(f"cp {p.cp} does not divide seq_len {seq}")
-    if p.pp * p.vpp > m.num_layers:
-        out.append(f"pp×vpp = {p.pp * p.vpp} exceeds num_layers {m.num_layers}")
+    if p.pp * p.vpp > m.num_layers + 2:
+        # the embedding and the loss may each take a virtual stage of their own
+        # (:func:`~codesign.workload.training.layer_assignment`), no more
+        out.append(f"pp×vpp = {p.pp * p.vpp} exceeds num_layers + 2 = {m.num_layers + 2} "
+                   "(one virtual stage per transformer layer, plus one for the embedding and "
+                   "one for the loss)")
     elif p.recompute_num_layers is not None:
         most = largest_chunk_layers(run)
         if p.recompute_num_layers > most:
