@@ -34,6 +34,14 @@ class MoESpec(Spec):
     shared_expert_ffn_hidden_size: int | None = Field(
         default=None, ge=1, description="per shared expert; default expert_ffn_hidden_size"
     )
+    latent_size: int | None = Field(
+        default=None, ge=1, le=MAX_WIDTH,
+        description="LatentMoE: the routed experts work in this width instead of the hidden "
+                    "size; a down projection (hidden -> latent) before the dispatch and an up "
+                    "projection (latent -> hidden) after the combine, shared by all experts, "
+                    "so tokens travel and experts compute at the latent width (Nemotron 3 "
+                    "Super, arXiv 2512.20856; Megatron-Core --moe-latent-size). Shared experts "
+                    "and the router keep the hidden size. None = no latent projection")
     first_dense_layers: int = Field(default=0, ge=0, description="leading layers with dense MLP")
     layer_frequency: int = Field(default=1, ge=1, description="every k-th layer is MoE")
     capacity_factor: float | None = Field(
@@ -265,6 +273,14 @@ class ModelSpec(Spec):
     def is_hybrid(self) -> bool:
         """Whether the layers are single blocks of a hybrid pattern."""
         return self.hybrid_override_pattern is not None
+
+    @property
+    def moe_token_width(self) -> int:
+        """Width of the tokens the routed experts receive and compute on: the LatentMoE
+        latent size, else the hidden size."""
+        if self.moe is not None and self.moe.latent_size is not None:
+            return self.moe.latent_size
+        return self.hidden_size
 
     def is_moe_layer(self, layer: int) -> bool:
         """Whether layer ``layer`` (0-based) has an MoE MLP."""

@@ -176,6 +176,7 @@ def layer_structure(run: TrainingRun, kind: str) -> LayerStructure:
         sort_by_local_expert=(p.moe_dispatch_detail and moe_layer and m.moe is not None
                               and m.moe.num_experts > p.ep),
         ep_overlap=p.ep_comm_overlap and moe_layer,
+        moe_latent=moe_layer and m.moe is not None and m.moe.latent_size is not None,
         tp_overlap=p.tp_comm_overlap,
         eager=p.pointwise_kernels == "eager",
         rmsnorm=m.norm == "rmsnorm",
@@ -248,7 +249,7 @@ def bind_dims(run: TrainingRun, unsharded: bool = False) -> dict[str, float]:
         # Transformer Engine's FP8 autocast quantizes inside its GEMM modules (the experts'
         # GroupedLinear), after Megatron-Core's all-to-all token dispatcher has moved the
         # BF16 hidden states (megatron/core/transformer/moe/token_dispatcher.py)
-        "h": m.hidden_size, "e": 2.0, "eg": e_gemm, "tok_e": 2.0, "ew": e_gemm, "ekv": 2.0,
+        "h": m.hidden_size, "hx": float(m.moe_token_width), "e": 2.0, "eg": e_gemm, "tok_e": 2.0, "ew": e_gemm, "ekv": 2.0,
         "a_t": m.num_heads / tp, "g_t": max(m.kv_heads / tp, 1.0), "d": m.dim_per_head,
         "f_t": m.ffn_hidden_size / tp, "gm": 2.0 if m.mlp == "gated" else 1.0,
         "V_t": m.vocab_size / tp,

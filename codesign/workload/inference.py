@@ -157,7 +157,8 @@ class InferenceWorkload:
         self.group_sizes = {"tp": tp, "ep": ep, "pp": plan.pp}
         e_gemm = DTYPE_BYTES[gemm_dtype]
         env: dict[str, float] = {
-            "b": 1.0, "T": 1.0, "Tsp": 1.0, "S": 1.0, "h": m.hidden_size, "e": ACT_BYTES,
+            "b": 1.0, "T": 1.0, "Tsp": 1.0, "S": 1.0, "h": m.hidden_size,
+            "hx": float(m.moe_token_width), "e": ACT_BYTES,
             "eg": e_gemm, "tok_e": e_gemm, "ew": plan.weight_bytes, "ekv": plan.kv_bytes,
             "a_t": m.num_heads / tp, "g_t": max(m.kv_heads / tp, 1.0), "d": m.dim_per_head,
             "f_t": m.ffn_hidden_size / tp, "gm": 2.0 if m.mlp == "gated" else 1.0,
@@ -213,6 +214,7 @@ class InferenceWorkload:
             mla=m.mla is not None, q_lora=m.mla is not None and m.mla.q_lora_rank is not None,
             gated=m.mlp == "gated", flash=True, sp=False, moe=moe_layer,
             shared_experts=moe_layer and m.moe is not None and m.moe.num_shared_experts > 0,
+            moe_latent=moe_layer and m.moe is not None and m.moe.latent_size is not None,
             expert_tp=moe_layer and tp > 1, tp_overlap=False,
             mla_absorb=absorbed and m.mla is not None, parallel=m.parallel_block,
             parallel_two_norms=m.parallel_block_norms == 2,

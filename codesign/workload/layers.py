@@ -15,6 +15,7 @@ Dimension names bound by :func:`codesign.workload.dims.bind_dims` (per rank, per
 ``V_t``     vocabulary per TP rank
 ``ql`` ...  MLA ranks and head dims (``ql`` q LoRA rank, ``kvl`` KV LoRA rank, ``dn`` ``dr`` ``dv``)
 ``E_l``     routed experts held by this rank; ``k`` top-k; ``fe_t`` expert inner size per ETP
+``hx``      width of the routed experts' tokens: the LatentMoE latent size, else ``h``
 ``Tx``      routed token copies an expert rank computes: ``T × k × etp / tp``
 ``Td``      routed token copies a rank dispatches: ``Tsp_e × k`` (``Tsp_e`` = ``T/tp``)
 ``fs_t``    shared-expert inner size (all shared experts) per TP rank
@@ -75,6 +76,7 @@ T, Tsp, S, b, h, e, eg = syms("T Tsp S b h e eg")
 a_t, g_t, d, f_t, gm, V_t = syms("a_t g_t d f_t gm V_t")
 ql, kvl, dn, dr, dv = syms("ql kvl dn dr dv")
 E, E_l, k, fe_t, Tx, Td, fs_t, etp = syms("E E_l k fe_t Tx Td fs_t etp")
+hx = Sym("hx")  # routed experts' token width (LatentMoE latent size, else h)
 ew, ekv = syms("ew ekv")  # bytes per weight element; per cached K/V element
 #: executed fraction of causal attention under the model's sliding windows (1: none)
 aw = Sym("aw")
@@ -110,6 +112,9 @@ class LayerStructure:
     sort_by_local_expert: bool = False
     #: the dispatch/combine all-to-alls run during other micro-batches' computation
     ep_overlap: bool = False
+    #: LatentMoE: tokens projected to the latent width ``hx`` before the dispatch and back
+    #: after the combine (:attr:`codesign.specs.model.MoESpec.latent_size`)
+    moe_latent: bool = False
     tp_overlap: bool = False
     mla_absorb: bool = False  # inference: MLA attention over the compressed latent KV
     #: pointwise operators run as PyTorch eager decompositions (module docstring)
@@ -264,8 +269,13 @@ def moe_block(st: LayerStructure) -> list[OpTemplate]:
            # score function and top-k over the fp32 logits (Megatron-Core moe/moe_utils.py,
            # topk_softmax_with_capacity): read the logits, write the scores, read them for
            # top-k; the scores are kept for the softmax backward
-           memory("router_topk", 3 * Tsp * E * 4, saved=Tsp * E * 4),
-           memory("permute", 2 * Td * h * e + Tsp * E * 4, saved=0)]
+           memory("router_topk", 3 * Tsp * E * 4, saved=Tsp * E * 4)]
+    if st.moe_latent:
+        # LatentMoE: one projection to the latent width for all routed experts, before the
+        # tokens are permuted and dispatched (Megatron-Core MoELayer fc1_latent_proj)
+        ops.append(gemm("latent_down", Tsp, hx, h, saved=Tsp * h * e, e_in=eg, e_out=e,
+                        e_w=ew))
+    ops.append(memory("permute", 2 * Td * hx * e + Tsp * E * 4, saved=0))
     if st.dropless_sync:
         # dropless dispatch: the all-to-all-v split sizes must be on the host, so the token
         # counts per expert (E int64 of this rank, ep × E_l gathered) are copied to the host
@@ -284,7 +294,7 @@ def moe_block(st: LayerStructure) -> list[OpTemplate]:
     # computation; DeepSeek-V3's DualPipe, arXiv 2412.19437 Sec. 3.2.1) the all-to-alls leave
     # the compute stream's path: a pass takes the longer of its computation and its EP link
     a2a: Overlap = "hidden" if st.ep_overlap else "none"
-    ops.append(comm("dispatch", "all_to_all", "all_to_all", "ep", Td * h * TOKEN_BYTES,
+    ops.append(comm("dispatch", "all_to_all", "all_to_all", "ep", Td * hx * TOKEN_BYTES,
                     overlap=a2a))
     if st.dispatch_detail:
         # each routed copy's probability (fp32) follows its token in its own all-to-all, and
@@ -300,24 +310,27 @@ def moe_block(st: LayerStructure) -> list[OpTemplate]:
         # MoEAlltoAllTokenDispatcher.dispatch_postprocess / combine_preprocess:
         # sort_chunks_by_idxs when num_local_experts > 1; moe/moe_utils.py). A pure
         # permutation: its backward applies the inverse one (backward_bytes 1).
-        ops.append(memory("sort_by_expert", 2 * Td * h * e, backward_bytes=1.0))
+        ops.append(memory("sort_by_expert", 2 * Td * hx * e, backward_bytes=1.0))
     if st.expert_tp:
-        ops.append(comm("expert_tp_in", "all_gather", "reduce_scatter", "tp", Tx * h * e))
+        ops.append(comm("expert_tp_in", "all_gather", "reduce_scatter", "tp", Tx * hx * e))
     ops += [
         # grouped GEMM: one kernel per local expert over its Tx / E_l routed tokens
-        gemm("expert_up", Tx / E_l, gm * fe_t, h, saved=Tx * h * e, e_in=eg, e_out=e, e_w=ew,
+        gemm("expert_up", Tx / E_l, gm * fe_t, hx, saved=Tx * hx * e, e_in=eg, e_out=e, e_w=ew,
              count=E_l),
         _act("expert_act", st, Tx * fe_t),
-        gemm("expert_down", Tx / E_l, h, fe_t, saved=Tx * fe_t * e, e_in=eg, e_out=e, e_w=ew,
+        gemm("expert_down", Tx / E_l, hx, fe_t, saved=Tx * fe_t * e, e_in=eg, e_out=e, e_w=ew,
              count=E_l),
     ]
     if st.expert_tp:
-        ops.append(comm("expert_tp_out", "reduce_scatter", "all_gather", "tp", Tx * h * e))
+        ops.append(comm("expert_tp_out", "reduce_scatter", "all_gather", "tp", Tx * hx * e))
     if st.sort_by_local_expert:
-        ops.append(memory("unsort_by_expert", 2 * Td * h * e, backward_bytes=1.0))
-    ops += [comm("combine", "all_to_all", "all_to_all", "ep", Td * h * TOKEN_BYTES,
+        ops.append(memory("unsort_by_expert", 2 * Td * hx * e, backward_bytes=1.0))
+    ops += [comm("combine", "all_to_all", "all_to_all", "ep", Td * hx * TOKEN_BYTES,
                  overlap=a2a),
-            memory("unpermute", 2 * Td * h * e + Tsp * h * e, saved=Td * 4)]
+            memory("unpermute", 2 * Td * hx * e + Tsp * hx * e, saved=Td * 4)]
+    if st.moe_latent:  # back to the hidden width (fc2_latent_proj)
+        ops.append(gemm("latent_up", Tsp, h, hx, saved=Tsp * hx * e, e_in=eg, e_out=e,
+                        e_w=ew))
     if st.shared_experts:
         ops += [
             _tp_in("shared_tp_in", st, T * h * e),

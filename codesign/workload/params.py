@@ -133,9 +133,10 @@ def mamba_params_per_layer(model: ModelSpec) -> int:
     return in_proj + conv + 3 * heads + di + _linear(di, h, mb.proj_bias)
 
 
-def ffn_params(model: ModelSpec, inner: int) -> int:
-    """One MLP (dense or one expert) with inner size ``inner``: gated ``3*h*f``, plain ``2*h*f``."""
-    h = model.hidden_size
+def ffn_params(model: ModelSpec, inner: int, width: int | None = None) -> int:
+    """One MLP (dense or one expert) with inner size ``inner`` on tokens of ``width`` (default
+    the hidden size): gated ``3*h*f``, plain ``2*h*f``."""
+    h = model.hidden_size if width is None else width
     n_up = 2 if model.mlp == "gated" else 1
     return n_up * _linear(h, inner, model.mlp_bias) + _linear(inner, h, model.mlp_bias)
 
@@ -149,7 +150,16 @@ def routed_expert_params(model: ModelSpec) -> int:
     """One routed expert of one MoE layer; 0 for a dense model."""
     if model.moe is None:
         return 0
-    return ffn_params(model, model.moe.expert_ffn_hidden_size)
+    return ffn_params(model, model.moe.expert_ffn_hidden_size, model.moe_token_width)
+
+
+def latent_projection_params(model: ModelSpec) -> int:
+    """LatentMoE's down (hidden -> latent) and up (latent -> hidden) projections of one MoE
+    layer, shared by its routed experts; 0 without ``moe.latent_size``."""
+    if model.moe is None or model.moe.latent_size is None:
+        return 0
+    h, lat = model.hidden_size, model.moe.latent_size
+    return _linear(h, lat, model.mlp_bias) + _linear(lat, h, model.mlp_bias)
 
 
 def shared_expert_params(model: ModelSpec) -> int:
@@ -162,10 +172,13 @@ def shared_expert_params(model: ModelSpec) -> int:
 
 
 def router_params(model: ModelSpec) -> int:
-    """Router (gate) of one MoE layer: ``h * num_experts`` (+ bias with ``mlp_bias``)."""
+    """Router (gate) of one MoE layer: ``h * num_experts`` (+ bias with ``mlp_bias``), plus
+    LatentMoE's shared latent projections (:func:`latent_projection_params`), which every
+    token uses as it does the router."""
     if model.moe is None:
         return 0
-    return _linear(model.hidden_size, model.moe.num_experts, model.mlp_bias)
+    return (_linear(model.hidden_size, model.moe.num_experts, model.mlp_bias)
+            + latent_projection_params(model))
 
 
 def num_moe_layers(model: ModelSpec) -> int:
