@@ -262,3 +262,12 @@ def test_export_out_and_its_deprecated_alias(capsys: pytest.CaptureFixture[str],
     assert len(list((tmp_path / "old").glob("t.*.et"))) == 8
     line = one_line_error(*run_cli(capsys, *run))
     assert "--out PREFIX is required" in line
+
+
+def test_search_summary_labels_every_breakdown_key() -> None:
+    """The search table prints each breakdown share under a short label: a key the engine
+    reports (host_issue of a host-bound MoE plan) must not stop the print."""
+    from codesign.cli.search_cmd import _SHORT
+    from codesign.report.training import BREAKDOWN_KEYS
+
+    assert set(BREAKDOWN_KEYS) <= set(_SHORT)

@@ -168,9 +168,10 @@ def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
             w.writerow({k: ("" if v is None else v) for k, v in r.items()})
 
 
+#: short column labels of the step breakdown keys (a key without one prints as itself)
 _SHORT = {"forward": "fwd", "backward": "bwd", "recompute": "rc", "optimizer": "opt",
-          "pipeline_bubble": "bubble", "tp_comm": "tp", "cp_comm": "cp", "ep_comm": "ep",
-          "dp_comm": "dp", "pp_comm": "pp"}
+          "pipeline_bubble": "bubble", "host_issue": "host", "tp_comm": "tp", "cp_comm": "cp",
+          "ep_comm": "ep", "dp_comm": "dp", "pp_comm": "pp"}
 
 
 def format_result(run: Any, result: Any) -> str:
@@ -200,7 +201,7 @@ def format_result(run: Any, result: Any) -> str:
             f"{'-':>10}"
         eng_m = f"{c.report.mfu * 100:8.2f}" if c.report and c.report.feasible else f"{'-':>8}"
         parts = sorted(((c.breakdown_s.get(k, 0.0), k) for k in BREAKDOWN_KEYS), reverse=True)
-        shares = " ".join(f"{_SHORT[k]} {v / c.estimate_step_time_s * 100:.0f}"
+        shares = " ".join(f"{_SHORT.get(k, k)} {v / c.estimate_step_time_s * 100:.0f}"
                           for v, k in parts if v / c.estimate_step_time_s >= 0.005)
         lines.append(
             f"{i:>3} {p['tp']:>3} {p['pp']:>3} {p['dp']:>5} {p['cp']:>3} {p['ep']:>3} "
