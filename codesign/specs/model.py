@@ -275,6 +275,11 @@ class ModelSpec(Spec):
         return self.hybrid_override_pattern is not None
 
     @property
+    def latent_moe(self) -> bool:
+        """Whether the MoE layers project tokens to a latent width (``moe.latent_size``)."""
+        return self.moe is not None and self.moe.latent_size is not None
+
+    @property
     def moe_token_width(self) -> int:
         """Width of the tokens the routed experts receive and compute on: the LatentMoE
         latent size, else the hidden size."""

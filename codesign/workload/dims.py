@@ -176,7 +176,7 @@ def layer_structure(run: TrainingRun, kind: str) -> LayerStructure:
         sort_by_local_expert=(p.moe_dispatch_detail and moe_layer and m.moe is not None
                               and m.moe.num_experts > p.ep),
         ep_overlap=p.ep_comm_overlap and moe_layer,
-        moe_latent=moe_layer and m.moe is not None and m.moe.latent_size is not None,
+        moe_latent=moe_layer and m.latent_moe,
         tp_overlap=p.tp_comm_overlap,
         eager=p.pointwise_kernels == "eager",
         rmsnorm=m.norm == "rmsnorm",

@@ -214,7 +214,7 @@ class InferenceWorkload:
             mla=m.mla is not None, q_lora=m.mla is not None and m.mla.q_lora_rank is not None,
             gated=m.mlp == "gated", flash=True, sp=False, moe=moe_layer,
             shared_experts=moe_layer and m.moe is not None and m.moe.num_shared_experts > 0,
-            moe_latent=moe_layer and m.moe is not None and m.moe.latent_size is not None,
+            moe_latent=moe_layer and m.latent_moe,
             expert_tp=moe_layer and tp > 1, tp_overlap=False,
             mla_absorb=absorbed and m.mla is not None, parallel=m.parallel_block,
             parallel_two_norms=m.parallel_block_norms == 2,
