@@ -70,9 +70,9 @@ from codesign.workload.step_program import (
     pass_ops,
 )
 from codesign.workload.training import (
-    ADAM_BYTES_PER_PARAM,
     ChunkGraph,
     TrainingGraph,
+    adam_bytes_per_param,
     state_groups,
 )
 
@@ -210,7 +210,7 @@ def step_shape(graph: TrainingGraph, network: NetworkModel) -> StepShape:
     for stage in range(p.pp):
         chunks = [c for c in graph.chunks if c.stage == stage]
         opt.append(sum(_local_params(ch, zero, dense_n, expert_n) for ch in chunks)
-                   * ADAM_BYTES_PER_PARAM)
+                   * adam_bytes_per_param(p.grad_bytes))
     by_v = sorted(graph.chunks, key=lambda c: c.virtual_stage)
     return StepShape(
         schedule=p.pipeline_schedule, pp=p.pp, vpp=p.vpp,
@@ -220,7 +220,8 @@ def step_shape(graph: TrainingGraph, network: NetworkModel) -> StepShape:
         overlap_grad_reduce=p.overlap_grad_reduce,
         overlap_param_gather=p.overlap_param_gather, overlap_p2p=p.overlap_p2p,
         message=pipeline_message(run) if p.pp > 1 else (0.0, 0.0), opt_bytes=tuple(opt),
-        optimizer_on_host=p.offload_optimizer, params_on_host=p.offload_params)
+        optimizer_on_host=p.offload_optimizer, params_on_host=p.offload_params,
+        grad_bytes=p.grad_bytes)
 
 
 def price_program(program: StepProgram, timings: dict[tuple[int, str], ChunkTiming],
@@ -254,17 +255,19 @@ def host_link(run: TrainingRun) -> HostLink | None:
     return HostLink(tier) if run.parallel.offloads and tier is not None else None
 
 
-def offloaded_optimizer_s(host: HostLink, update_bytes: float, params_on_host: bool) -> float:
+def offloaded_optimizer_s(host: HostLink, update_bytes: float, params_on_host: bool,
+                          grad_bytes: float = GRAD_REDUCE_BYTES) -> float:
     """Seconds of the optimizer step on the host CPU (:mod:`codesign.workload.offload`):
-    ``update_bytes`` are ``ADAM_BYTES_PER_PARAM`` per local parameter; the fp32 gradients
-    (``GRAD_REDUCE_BYTES``/param) go device-to-host, the CPU streams ``update_bytes`` of host
-    memory, and the updated bf16 parameters (``PARAM_BYTES``/param) come back host-to-device,
-    one after the other. With the parameters in the tier (``params_on_host``, ZeRO-Infinity)
-    the gradients are there already and the parameters stay: only the CPU step."""
+    ``update_bytes`` are :func:`~codesign.workload.training.adam_bytes_per_param` per local
+    parameter; the gradients (``grad_bytes`` per parameter) go device-to-host, the CPU
+    streams ``update_bytes`` of host memory, and the updated bf16 parameters
+    (``PARAM_BYTES``/param) come back host-to-device, one after the other. With the
+    parameters in the tier (``params_on_host``, ZeRO-Infinity) the gradients are there
+    already and the parameters stay: only the CPU step."""
     if params_on_host:
         return host.cpu_adam_s(update_bytes)
-    params = update_bytes / ADAM_BYTES_PER_PARAM
-    return host.copy_s(params * GRAD_REDUCE_BYTES) + host.cpu_adam_s(update_bytes) + \
+    params = update_bytes / adam_bytes_per_param(grad_bytes)
+    return host.copy_s(params * grad_bytes) + host.cpu_adam_s(update_bytes) + \
         host.copy_s(params * PARAM_BYTES)
 
 
@@ -274,7 +277,7 @@ def _optimizer_pricer(shape: StepShape, compute: ComputeModel) -> Callable[[floa
     tier = compute.gpu.host_tier
     if shape.optimizer_on_host and tier is not None:
         host = HostLink(tier)
-        return lambda b: offloaded_optimizer_s(host, b, shape.params_on_host)
+        return lambda b: offloaded_optimizer_s(host, b, shape.params_on_host, shape.grad_bytes)
     return lambda b: compute.time(optimizer_op(b))
 
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from codesign.engine.training import GRAD_REDUCE_BYTES, PARAM_BYTES, pipeline_send_seconds
+from codesign.engine.training import PARAM_BYTES, pipeline_send_seconds
 from codesign.hardware.compute import ComputeModel
 from codesign.ir import Op
 from codesign.network.model import NetworkModel
@@ -68,7 +68,7 @@ from codesign.specs.run import TrainingRun
 from codesign.units import GiB
 from codesign.workload.dims import num_microbatches, pipeline_message
 from codesign.workload.training import (
-    ADAM_BYTES_PER_PARAM,
+    adam_bytes_per_param,
     layer_assignment,
     model_flops_per_sequence_fwd,
     state_groups,
@@ -299,7 +299,7 @@ class Estimator:
         """The plan and its memory, or an infeasible :class:`Estimate` when it does not fit."""
         p = self.plan(point)
         mem = plan_memory(p.lc, self.assignment_arrays(p.pp, p.vpp), p.zero, p.dense_n,
-                          p.expert_n, p.kind, p.pp, p.vpp, p.n)
+                          p.expert_n, p.kind, p.pp, p.vpp, p.n, p.par.grad_bytes)
         if mem.total > self.capacity:
             return Estimate(point, False,
                             reason=(f"out of memory: needs {mem.total / GiB:.1f} GiB per GPU "
@@ -453,7 +453,8 @@ class Estimator:
                     start_opt = e_dp
             params = float(mem.plain[s] if p.zero == 0 else mem.shard[s])
             opt = self.compute.time(Op(name="optimizer", kind="memory", category="optimizer",
-                                       layer=-1, bytes=params * ADAM_BYTES_PER_PARAM))
+                                       layer=-1, bytes=params * adam_bytes_per_param(
+                                           p.par.grad_bytes)))
             end = start_opt + opt
             if gather_after:
                 end += gathers.total[s]
@@ -467,6 +468,7 @@ class Estimator:
         chunk's last gradient pass, reduce time), in the engine's order."""
         kind = "all_reduce" if p.zero == 0 else "reduce_scatter"
         coll = p.net.collective
+        grad_bytes = p.par.grad_bytes
         pair: dict[tuple[float, float], float] = {}
         by_sig: dict[Signature, list[tuple[float, float]]] = {}
 
@@ -477,9 +479,9 @@ class Estimator:
                 for at, d, e in released(p.lc, sig):
                     g = pair.get((d, e))
                     if g is None:
-                        g = coll(kind, p.dense_grp, d * GRAD_REDUCE_BYTES).time_s
+                        g = coll(kind, p.dense_grp, d * grad_bytes).time_s
                         if e:
-                            g += coll(kind, p.expert_grp, e * GRAD_REDUCE_BYTES).time_s
+                            g += coll(kind, p.expert_grp, e * grad_bytes).time_s
                         pair[(d, e)] = g
                     out.append((at, g))
                 by_sig[sig] = out

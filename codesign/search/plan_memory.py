@@ -19,7 +19,7 @@ from codesign.report.training import MEMORY_KEYS
 from codesign.search.costs import LayerCosts
 from codesign.search.pipeline import live_vectors
 from codesign.units import GiB
-from codesign.workload.memory import comm_buffer_bytes, state_bytes
+from codesign.workload.memory import GRAD_BYTES, comm_buffer_bytes, state_bytes
 
 #: ``[stage, chunk]`` arrays: layers of each kind (sorted by kind), holds the embedding, holds
 #: the head
@@ -39,8 +39,10 @@ class PlanMemory:
 
 
 def plan_memory(lc: LayerCosts, asg: Assignment, zero: int, dense_n: int, expert_n: int,
-                kind: str, pp: int, vpp: int, n: int) -> PlanMemory:
-    """Memory of every stage of a plan (``asg``: its chunks' layers by stage and chunk)."""
+                kind: str, pp: int, vpp: int, n: int,
+                grad_bytes: float = GRAD_BYTES) -> PlanMemory:
+    """Memory of every stage of a plan (``asg``: its chunks' layers by stage and chunk;
+    ``grad_bytes``: bytes per gradient, ``ParallelismSpec.grad_bytes``)."""
     counts, first_a, last_a = asg
     kinds = list(counts)
     par = {k: lc.params[k] for k in kinds}
@@ -70,7 +72,7 @@ def plan_memory(lc: LayerCosts, asg: Assignment, zero: int, dense_n: int, expert
                                         last_a * lc.head_params)).max(axis=1)
     dense_s, expert_s = dense.sum(axis=1), expert.sum(axis=1)
     weights, gradients, optimizer = state_bytes(dense_s, expert_s, zero, dense_n, expert_n,
-                                                largest)
+                                                largest, grad_bytes)
     acts = np.einsum("skc,sc->sk", live_vectors(kind, pp, vpp, n), saved).max(axis=1)
     stage_mem = np.stack([weights, gradients, optimizer, acts,
                           comm_buffer_bytes(payload.max(axis=1))])

@@ -152,6 +152,16 @@ class ParallelismSpec(Spec):
     overlap_grad_reduce: bool = Field(
         default=True, description="overlap DP gradient reduction with backward",
         json_schema_extra={"search": "switch", "order": 10})
+    grad_reduce_in_fp32: bool = Field(
+        default=True,
+        description="gradients accumulate and reduce in fp32, 4 B per parameter (Megatron-LM's "
+                    "bf16 default: 'accumulate and all-reduce gradients in fp32 for bfloat16 "
+                    "data type', megatron/training/arguments.py); False: in the bf16 "
+                    "parameter dtype, 2 B (Megatron-Core DDPConfig grad_reduce_in_fp32=False, "
+                    "as the Megatron-Bridge and NeMo 2 performance scripts set it): halves the "
+                    "gradient buffer and the data-parallel reduction bytes; ZeRO-3 reduce-"
+                    "scatters are priced in bf16 either way",
+        json_schema_extra={"column": False})
     overlap_param_gather: bool = Field(
         default=True, description="overlap parameter all-gathers with compute",
         json_schema_extra={"search": "switch", "order": 11})
@@ -295,6 +305,12 @@ class ParallelismSpec(Spec):
     @property
     def expert_tp(self) -> int:
         return self.etp or self.tp
+
+    @property
+    def grad_bytes(self) -> float:
+        """Bytes per element of the gradient buffer and its data-parallel reduction
+        (``grad_reduce_in_fp32``: fp32, else bf16)."""
+        return 4.0 if self.grad_reduce_in_fp32 else 2.0
 
     @property
     def sharding_stage(self) -> int:

@@ -292,6 +292,35 @@ def read_overlap_comm(text: str) -> bool | None:
     return _first_match(OVERLAP_COMM_PATTERNS, text.lower())
 
 
+_HALF = r"(?:bf16|bfloat16|fp16|half[- ]precision|16[- ]bit)"
+_FULL = r"(?:fp32|float32|full[- ]precision|32[- ]bit)"
+_GRAD_OP = r"(?:reduc\w*|all[- ]?reduce\w*|reduce[- ]scatter\w*|accumulat\w*|sync\w*|comm\w*)"
+#: (pattern, gradients reduced in fp32); first match wins. Megatron's switch as configs and
+#: command lines write it ("grad_reduce_in_fp32: false", "--accumulate-allreduce-grads-in-fp32"),
+#: and prose ("bf16 gradient reduction",
+#: "gradients all-reduced in fp32", "reduce_dtype=bfloat16" of PyTorch FSDP's
+#: MixedPrecisionPolicy, DeepSpeed's "communication_data_type": "bf16")
+GRAD_REDUCE_PATTERNS: tuple[tuple[str, bool], ...] = (
+    (r"grad(?:ient)?s?[_ -]reduce[_ -]in[_ -]fp32\W{0,3}(?:false|off|0|no)\b", False),
+    (r"grad(?:ient)?s?[_ -]reduce[_ -]in[_ -]fp32\W{0,3}(?:true|on|1|yes)\b", True),
+    (r"accumulate[_-]allreduce[_-]grads[_-]in[_-]fp32", True),
+    (rf"(?:reduce_dtype|communication_data_type|grad(?:ient)?_sync_dtype)\W{{0,4}}(?:torch\.)?{_HALF}",
+     False),
+    (rf"(?:reduce_dtype|communication_data_type|grad(?:ient)?_sync_dtype)\W{{0,4}}(?:torch\.)?{_FULL}",
+     True),
+    (rf"{_HALF}\s+grad(?:ient)?s?\s+{_GRAD_OP}", False),
+    (rf"{_FULL}\s+grad(?:ient)?s?\s+{_GRAD_OP}", True),
+    (rf"grad(?:ient)?s?\s+(?:are\s+)?{_GRAD_OP}\s+in\s+{_HALF}", False),
+    (rf"grad(?:ient)?s?\s+(?:are\s+)?{_GRAD_OP}\s+in\s+{_FULL}", True),
+)
+
+
+def read_grad_reduce_in_fp32(text: str) -> bool | None:
+    """Whether a row's prose says gradients are accumulated and reduced in fp32 (``True``) or
+    in bf16 (``False``) (:data:`GRAD_REDUCE_PATTERNS`); ``None`` when it says nothing of it."""
+    return _first_match(GRAD_REDUCE_PATTERNS, text.lower())
+
+
 #: (pattern, dispatcher); first match wins. MoE token dispatchers as reports name them:
 #: DeepEP / HybridEP and Megatron-Core's flex dispatcher forward a token once per destination
 #: node (``deepep``); DeepSeek-V3 describes the same kernels as IB-then-NVLink forwarding

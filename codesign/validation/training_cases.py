@@ -62,6 +62,7 @@ from codesign.validation.prose import (
     read_fp4_high_precision_layers,
     read_fp8_recipe,
     read_global_batch,
+    read_grad_reduce_in_fp32,
     read_interleave,
     read_nic_gbps,
     read_number,
@@ -678,12 +679,50 @@ def era_year(row: dict[str, str]) -> int | None:
     year = source_year(row)
     if year is not None:
         return year
+    release = nemo_release(row)
+    if release is not None:
+        return 2000 + release[0]
     text = " ".join(row.get(k, "") for k in ("source", "source_location", "notes")).lower()
-    m = re.search(r"nemo(?:\s+framework)?\s*(?:container\s*)?v?(\d\d)\.(?:0[1-9]|1[0-2])\b",
-                  text)
-    if m:
-        return 2000 + int(m.group(1))
     return 2025 if "megatron-bridge" in text else None
+
+
+def nemo_release(row: dict[str, str]) -> tuple[int, int] | None:
+    """The ``(yy, mm)`` of the NeMo container a row names, either way round ("NeMo 24.07",
+    "'25.11 NeMo Container'"); ``None`` when it names none."""
+    text = " ".join(row.get(k, "") for k in ("source", "source_location", "notes")).lower()
+    m = (re.search(r"nemo(?:\s+framework)?\s*(?:container\s*)?v?(\d\d)\.(0[1-9]|1[0-2])\b",
+                   text)
+         or re.search(r"\b(\d\d)\.(0[1-9]|1[0-2])(?:\.\d+)?\s+nemo\b", text))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+#: the first NeMo container whose performance tables Megatron-Bridge's performance scripts
+#: produced (Megatron-Bridge docs/performance-summary-archive.md starts at "25.09 NeMo
+#: Container"; the scripts' first commit, 568b3a3e, Aug 2025)
+MB_PERF_FROM = (25, 9)
+
+
+def _gradient_settings(row: dict[str, str], fw: str, notes: list[str]) -> dict[str, Any]:
+    """The gradient reduction dtype: as the row's prose states it
+    (:func:`~codesign.validation.prose.read_grad_reduce_in_fp32`); else bf16 for a
+    Megatron-Bridge performance benchmark (its scripts set ``grad_reduce_in_fp32`` False in
+    every recipe: ``_benchmark_common`` and ``_perf_precision``, perf_recipes/_common.py, and
+    the YAML configs of the first scripts, "mixed_precision: grad_reduce_in_fp32: false");
+    else the framework's fp32 (Megatron-LM: "accumulate and all-reduce gradients in fp32 for
+    bfloat16 data type")."""
+    stated = read_grad_reduce_in_fp32(_prose(row))
+    if stated is not None:
+        notes.append(f"gradients reduced in {'fp32' if stated else 'bf16'} (as the row states)")
+        return {"grad_reduce_in_fp32": stated}
+    where = " ".join(row.get(k, "") for k in ("source", "source_location")).lower()
+    release = nemo_release(row)
+    benchmark = "perf" in where and ("megatron-bridge" in where or (
+        release is not None and release >= MB_PERF_FROM))
+    if fw == "megatron-core" and benchmark:
+        notes.append("gradients accumulated and reduced in bf16 (Megatron-Bridge performance "
+                     "recipes set grad_reduce_in_fp32 False)")
+        return {"grad_reduce_in_fp32": False}
+    return {}
 
 
 def _era_settings(row: dict[str, str], fw: str, notes: list[str]) -> dict[str, Any]:
@@ -705,7 +744,8 @@ def _row_settings(row: dict[str, str], fw: str, tp: int, sp: bool, gpu: GpuSpec,
             **_sharding_settings(row, fw, zero, notes),
             **_era_settings(row, fw, notes),
             **_attention_settings(row, fw, notes),
-            **_kernel_settings(row, notes)}
+            **_kernel_settings(row, notes),
+            **_gradient_settings(row, fw, notes)}
 
 
 def _kernel_settings(row: dict[str, str], notes: list[str]) -> dict[str, Any]:

@@ -1,11 +1,12 @@
 """Memory per GPU: weights, gradients, optimizer states, activations, communication buffers.
 
 Conventions (Megatron-LM mixed precision with Adam): bf16 working weights (2 B/param), fp32
-main gradients (4 B/param), fp32 master weights + Adam m + v (12 B/param). ZeRO-1 shards the
-optimizer states over the data-parallel group, ZeRO-2 also the gradients, ZeRO-3/FSDP also the
-weights (plus gathered buffers for two layers in flight). Activations: the bytes each layer
-saves for backward (from the layer templates: Korthikanti et al. 2022's 34·sbh + 5·as²b for
-an unfused GPT layer) times the micro-batches in flight under the pipeline schedule.
+main gradients (4 B/param; bf16, 2 B, without ``grad_reduce_in_fp32``), fp32 master weights +
+Adam m + v (12 B/param). ZeRO-1 shards the optimizer states over the data-parallel group,
+ZeRO-2 also the gradients, ZeRO-3/FSDP also the weights (plus gathered buffers for two layers
+in flight). Activations: the bytes each layer saves for backward (from the layer templates:
+Korthikanti et al. 2022's 34·sbh + 5·as²b for an unfused GPT layer) times the micro-batches in
+flight under the pipeline schedule.
 Offload (:mod:`codesign.workload.offload`) moves states and activations to the GPU's host
 tier: ``offloaded`` counts those bytes, outside the HBM ``total``.
 LoRA (:mod:`codesign.workload.lora`): the frozen base weights take their 2 B/param working copy
@@ -68,7 +69,7 @@ def stage_memory(graph: TrainingGraph, stage: int, dense_n: int, expert_n: int,
     if zero >= 3:
         largest = max((d + e for c in chunks for _, d, e in c.layer_params), default=0.0)
     weights, gradients, optimizer = state_bytes(dense, expert, zero, dense_n, expert_n,
-                                                largest)
+                                                largest, p.grad_bytes)
     # LoRA: the frozen base weights, working copy only (no gradients or optimizer states)
     weights += sum(c.frozen_params for c in chunks) * WEIGHT_BYTES
     saved = {c.chunk: c.saved_bytes for c in chunks}
@@ -92,18 +93,19 @@ def stage_memory(graph: TrainingGraph, stage: int, dense_n: int, expert_n: int,
 
 
 def state_bytes(dense: Any, expert: Any, zero: int, dense_n: int, expert_n: int,
-                largest_layer: Any = 0.0) -> tuple[Any, Any, Any]:
+                largest_layer: Any = 0.0, grad_bytes: float = GRAD_BYTES) -> tuple[Any, Any, Any]:
     """``(weights, gradients, optimizer states)`` bytes of a stage's ranks holding ``dense``
     and ``expert`` parameters, sharded over ``dense_n``/``expert_n`` ranks from ZeRO stage 3 /
     2 / 1 on; under ZeRO-3 two gathered layers (the current one and the prefetched one, the
     largest layer ``largest_layer``) are in flight. Elementwise: the arguments may be numbers
-    or numpy arrays (the search prices every stage of a plan in one call)."""
+    or numpy arrays (the search prices every stage of a plan in one call). ``grad_bytes``:
+    bytes per gradient (:attr:`~codesign.specs.parallel.ParallelismSpec.grad_bytes`)."""
     shard = dense / dense_n + expert / expert_n
     plain = dense + expert
     weights = (shard if zero >= 3 else plain) * WEIGHT_BYTES
     if zero >= 3:  # gathered layers in flight: the current one and the prefetched one
         weights = weights + 2 * largest_layer * WEIGHT_BYTES
-    gradients = (shard if zero >= 2 else plain) * GRAD_BYTES
+    gradients = (shard if zero >= 2 else plain) * grad_bytes
     optimizer = (shard if zero >= 1 else plain) * OPT_BYTES_PER_PARAM
     return weights, gradients, optimizer
 

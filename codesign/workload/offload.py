@@ -22,7 +22,7 @@ DRAM over PCIe, Grace LPDDR5X over NVLink-C2C, a CXL pool):
   accumulation is not priced: ASSUMPTION, a few bytes per parameter and micro-batch of host
   bandwidth). The CPU optimizer reads the gradients and writes the updated shard in place: no
   copy at the optimizer step. HBM keeps two layers' bf16 weights (the gathered layers in
-  flight that ZeRO-3 already counts) and two layers' fp32 gradients.
+  flight that ZeRO-3 already counts) and two layers' gradients.
 * ``offload_activations`` (Megatron-Core / Transformer Engine CPU offloading,
   ``transformer_engine.pytorch.cpu_offload``): each transformer layer's saved activations,
   except the chunk's last layer (whose backward starts right after its forward), are copied
@@ -52,7 +52,7 @@ from codesign.groups import HOST_COPY_STREAMS
 from codesign.ir import Op
 from codesign.specs.parallel import ParallelismSpec
 from codesign.workload.schedules import SPLIT_BACKWARD
-from codesign.workload.step_program import GRAD_REDUCE_BYTES, PARAM_BYTES
+from codesign.workload.step_program import PARAM_BYTES
 from codesign.workload.training import ChunkGraph
 
 #: pseudo-group of host-to-device copies (its stream: ``h2d``)
@@ -75,7 +75,7 @@ def offload_states(p: ParallelismSpec, weights: float, gradients: float, optimiz
     """``(weights, gradients, optimizer, bytes in the tier)`` in HBM after the plan's state
     offload, from the ZeRO state bytes of :func:`codesign.workload.memory.state_bytes`
     (``largest_layer``: parameters of the largest layer; under ``offload_params`` two layers'
-    bf16 weights, the one computing and the one prefetched, and two layers' fp32 gradients,
+    bf16 weights, the one computing and the one prefetched, and two layers' gradients,
     the one computed and the one being copied out, stay in HBM)."""
     host = 0.0
     if p.offload_optimizer:
@@ -83,7 +83,7 @@ def offload_states(p: ParallelismSpec, weights: float, gradients: float, optimiz
         optimizer = 0.0
     if p.offload_params:  # the shards move; the layers in flight stay
         kept_w = 2 * largest_layer * PARAM_BYTES
-        kept_g = 2 * largest_layer * GRAD_REDUCE_BYTES
+        kept_g = 2 * largest_layer * p.grad_bytes
         host += weights - kept_w + gradients  # the shard of each; ZeRO-3 counts kept_w
         weights, gradients = kept_w, kept_g
     return weights, gradients, optimizer, host

@@ -60,6 +60,7 @@ NodeKind = Literal["pass", "send", "recv_gather", "param_gather", "grad_reduce",
 Phase = Literal["F", "B", "W", ""]
 
 #: bytes per parameter of a reduced gradient: Megatron reduces fp32 main gradients (ZeRO 0-2)
+#: by default (``ParallelismSpec.grad_bytes`` gives the plan's)
 GRAD_REDUCE_BYTES = 4.0
 #: bytes per parameter of a gathered bf16 working weight
 PARAM_BYTES = 2.0
@@ -149,6 +150,8 @@ class StepShape:
     #: live there too (``offload_params``): priced by the host link, not HBM
     optimizer_on_host: bool = False
     params_on_host: bool = False
+    #: bytes per gradient reduced (``ParallelismSpec.grad_bytes``)
+    grad_bytes: float = GRAD_REDUCE_BYTES
 
     def with_microbatches(self, n: int) -> StepShape:
         return replace(self, num_microbatches=n)
@@ -300,7 +303,7 @@ def _grad_buckets(em: Emitter, shape: StepShape, s: int, last: int,
         for i in release_order(bl):
             layer, dense, expert = bl[i]
             comms = _bucket_comms(kind, shape.dense_grp, dense, shape.expert_grp, expert,
-                                  GRAD_REDUCE_BYTES)
+                                  shape.grad_bytes)
             if shape.overlap_grad_reduce:
                 out.append(em.add("grad_reduce", s, "dp", v=v, chunk=c, layer=layer, bucket=i,
                                   comms=comms, release=(last_b[(s, c)], layer)))
