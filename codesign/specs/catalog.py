@@ -219,8 +219,9 @@ def fraction_owner(name: str) -> str:
             _, data = _lookup_raw("hardware", part)
         except SpecError:
             return name
-        if str(data.get("name", part)) in fitted_fractions():
-            return str(data.get("name", part))
+        own = str(data.get("name", part))
+        if own in fitted_fractions():
+            return own
         part = str(data["efficiency_from"]) if data.get("efficiency_from") else None
     return name
 

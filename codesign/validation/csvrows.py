@@ -63,3 +63,9 @@ def device_count(row: dict[str, str], key: str = "num_gpus") -> int | None:
     m = _DEVICES.search(row.get(key, ""))
     return int(m.group(1).replace(",", "")) if m else int_cell(row, key)
 
+
+def row_text(row: dict[str, str], cells: Sequence[str], lower: bool = True) -> str:
+    """The named cells of ``row`` joined by spaces (lower-cased unless ``lower`` is False):
+    the free text the prose readers search."""
+    text = " ".join(row.get(k, "") for k in cells)
+    return text.lower() if lower else text

@@ -60,7 +60,7 @@ from codesign.specs.gpu import GpuSpec
 from codesign.specs.inference import InferencePlan
 from codesign.specs.model import ModelSpec, MoESpec
 from codesign.specs.topology import FullFlatTopology, TwoTierTopology
-from codesign.validation.csvrows import float_cell, int_cell
+from codesign.validation.csvrows import float_cell, int_cell, row_text
 from codesign.validation.csvrows import read_rows as _read_rows
 from codesign.validation.serving_rows import (
     LATENCY_BENCHMARK,
@@ -459,8 +459,8 @@ def dataset_of(row: dict[str, str]) -> tuple[str, tuple[int, int, float, str]] |
     """The dataset a row names (``ShareGPT``, ``Alpaca``) with its known lengths; an online
     or server row that names none is taken as ShareGPT-like (the usual default of vLLM's and
     SGLang's serving benchmarks)."""
-    text = " ".join(row.get(k, "") for k in ("serving_mode", "notes", "measured_metric",
-                                             "dataset", "source_location")).lower()
+    text = row_text(row, ("serving_mode", "notes", "measured_metric", "dataset",
+                          "source_location"))
     text = re.sub(r"[^a-z0-9]", "", text)
     for name in DATASET_LENGTHS:
         if name in text:

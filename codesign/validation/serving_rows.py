@@ -36,6 +36,7 @@ from __future__ import annotations
 import re
 
 from codesign.specs.model import ModelSpec
+from codesign.validation.csvrows import row_text
 from codesign.validation.training_cases import Unsupported
 
 #: largest decode batch vLLM captures by default (V1 ``max_cudagraph_capture_size``)
@@ -68,7 +69,7 @@ CLOSED_LOOP_REQUESTS = 1000
 
 def stated_concurrency(row: dict[str, str]) -> int | None:
     """Concurrent users (requests in flight) the row states, or ``None``."""
-    text = " ".join(row.get(k, "") for k in ("serving_mode", "notes", "framework")).lower()
+    text = row_text(row, ("serving_mode", "notes", "framework"))
     for pattern in _CONCURRENCY:
         m = pattern.search(text)
         if m:
@@ -108,7 +109,7 @@ def cuda_graphs_of(row: dict[str, str], framework: str, mode: str,
                    notes: list[str]) -> tuple[tuple[int, ...], bool, bool]:
     """(captured decode batch sizes, padding, up to the engine's ``max_batch_size``) for the
     row (module docstring); ``((), False, False)``: every step eager."""
-    text = " ".join(row.get(k, "") for k in ("framework", "notes", "serving_mode")).lower()
+    text = row_text(row, ("framework", "notes", "serving_mode"))
     engine = engine_name(row, framework)
     if _OFF.search(text):
         notes.append("CUDA graphs: off, as the row states (every kernel pays the host launch)")
@@ -156,7 +157,7 @@ MLPERF_INTERACTIVE_BOUNDS = (0.45, 0.04)
 def server_bounds(row: dict[str, str]) -> tuple[float, float, str]:
     """(TTFT bound s, TPOT bound s, where they come from): a bound the row states ("TTFT
     p99 <= 2 s", "TPOT 40 ms") wins, else MLPerf's for the interactive or server scenario."""
-    text = " ".join(row.get(k, "") for k in ("serving_mode", "notes", "measured_metric"))
+    text = row_text(row, ("serving_mode", "notes", "measured_metric"), lower=False)
     low = text.lower()
     base = MLPERF_INTERACTIVE_BOUNDS if "interactive" in low else MLPERF_SERVER_BOUNDS
     where = "MLPerf interactive" if "interactive" in low else "MLPerf server"
@@ -177,7 +178,7 @@ _DEEPEP = re.compile(r"deep[_ -]?ep|low[- ]latency (?:all-to-all|a2a|dispatch)")
 def stated_ep(row: dict[str, str]) -> int | None:
     """An expert-parallel size the prose states ("EP32", "EP=72", "expert parallelism 32",
     "--ep-size 16") when the ``ep`` column is empty."""
-    text = " ".join(row.get(k, "") for k in ("framework", "notes", "serving_mode")).lower()
+    text = row_text(row, ("framework", "notes", "serving_mode"))
     m = _EP.search(text)
     if not m:
         return None
@@ -193,7 +194,7 @@ _REDUNDANT = re.compile(r"(\d+)\s*redundant\s*experts?|redundant[_ -]experts?\s*
 def stated_redundant_experts(row: dict[str, str]) -> int:
     """Redundant expert slots the prose states ("32 redundant experts", SGLang
     ``--ep-num-redundant-experts 32``); 0 when it states none."""
-    text = " ".join(row.get(k, "") for k in ("framework", "notes", "serving_mode")).lower()
+    text = row_text(row, ("framework", "notes", "serving_mode"))
     m = _REDUNDANT.search(text)
     return int(m.group(1) or m.group(2)) if m else 0
 
@@ -207,7 +208,7 @@ def fused_allreduce_norm_of(row: dict[str, str], notes: list[str]) -> bool:
     ("allreduce fusion", vLLM ``enable_fi_allreduce_fusion``, SGLang
     ``--enable-flashinfer-allreduce-fusion``, TensorRT-LLM ``RESIDUAL_RMS_NORM``); no
     framework default turns it on (vLLM's is off; TensorRT-LLM's depends on the model)."""
-    text = " ".join(row.get(k, "") for k in ("framework", "notes", "serving_mode")).lower()
+    text = row_text(row, ("framework", "notes", "serving_mode"))
     if not _FUSION.search(text):
         return False
     notes.append("TP all-reduce fused with the residual add and RMSNorm (as the row states)")
@@ -218,7 +219,7 @@ def deepep_of(row: dict[str, str], model: ModelSpec, ep: int, notes: list[str]) 
     """Whether the row's decode all-to-alls run DeepEP's low-latency kernels: the row names
     DeepEP (SGLang ``--enable-deepep-moe``, DeepSeek's inference system) for an MoE model
     with ``ep`` > 1."""
-    text = " ".join(row.get(k, "") for k in ("framework", "notes", "serving_mode")).lower()
+    text = row_text(row, ("framework", "notes", "serving_mode"))
     if model.moe is None or ep <= 1 or not _DEEPEP.search(text):
         return False
     notes.append(f"MoE all-to-all: DeepEP low-latency kernels in decode steps across nodes "
@@ -299,7 +300,7 @@ def stated_requests(row: dict[str, str], lengths: tuple[int, int],
 
 
 def _stated_requests(row: dict[str, str]) -> int | None:
-    text = " ".join(row.get(k, "") for k in ("serving_mode", "notes", "framework")).lower()
+    text = row_text(row, ("serving_mode", "notes", "framework"))
     m = _REQUESTS.search(text)
     return int(m.group(1) or m.group(2)) if m else None
 
@@ -312,7 +313,7 @@ _UNMODELLED = ((re.compile(r"dp[_ -]?attention|data[- ]parallel attention"),
 def unmodelled_of(row: dict[str, str], notes: list[str]) -> None:
     """Notes a setting the row states that the simulation does not model (the row still
     runs)."""
-    text = " ".join(row.get(k, "") for k in ("framework", "notes", "serving_mode")).lower()
+    text = row_text(row, ("framework", "notes", "serving_mode"))
     for pattern, note in _UNMODELLED:
         if pattern.search(text) and not stated_ep(row):
             notes.append(note)
@@ -321,7 +322,7 @@ def unmodelled_of(row: dict[str, str], notes: list[str]) -> None:
 def stated_rate(row: dict[str, str]) -> float | None:
     """A request rate the row states ("online chat at 2 requests/s", "QPS 8", "rate: 4
     req/s"), requests/s; ``None`` when it states none (a server row then searches it)."""
-    text = " ".join(row.get(k, "") for k in ("serving_mode", "notes")).lower()
+    text = row_text(row, ("serving_mode", "notes"))
     m = re.search(r"([0-9]*\.?[0-9]+)\s*(?:req(?:uest)?s?/s(?:ec)?|requests per second|qps|"
                   r"queries/s)", text) or re.search(r"(?:qps|rate)\s*[:=]?\s*([0-9]*\.?[0-9]+)",
                                                     text)

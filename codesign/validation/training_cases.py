@@ -42,7 +42,7 @@ from codesign.specs.gpu import GpuSpec
 from codesign.specs.model import ModelSpec, MoESpec
 from codesign.specs.parallel import ParallelismSpec
 from codesign.specs.run import TrainingRun
-from codesign.validation.csvrows import device_count, int_cell
+from codesign.validation.csvrows import device_count, int_cell, row_text
 from codesign.validation.csvrows import read_rows as _read_rows
 from codesign.validation.plan_rules import (
     choose_with_batch,
@@ -140,9 +140,8 @@ def framework_of(row: dict[str, str]) -> str:
     """Which framework produced the row (decides defaults): the first of
     :data:`FRAMEWORK_PATTERNS` matching the source, notes or model (the 2019-22 Megatron-LM
     papers: the source alone); else Megatron-Core."""
-    text = " ".join(row.get(k, "") for k in ("source", "notes", "model",
-                                              "source_location")).lower()
-    source = " ".join(row.get(k, "") for k in ("source", "source_location")).lower()
+    text = row_text(row, ("source", "notes", "model", "source_location"))
+    source = row_text(row, ("source", "source_location"))
     for pattern, fw in FRAMEWORK_PATTERNS:
         # the 2019-22 Megatron-LM papers are the source, not a technique the notes cite
         # ("sequence parallelism (Korthikanti et al.)" in another stack's run)
@@ -184,8 +183,8 @@ def measurement_of(row: dict[str, str], framework: str,
         if col not in read:
             continue
         formula = ("megatron-recompute" if framework == "megatron-2021" or (
-            framework == "deepspeed" and "megatron" in " ".join(
-                row.get(k, "") for k in ("source", "source_location", "notes")).lower())
+            framework == "deepspeed"
+            and "megatron" in row_text(row, ("source", "source_location", "notes")))
             else "model")
         if formula == "model" and (col == "hfu_pct" or _HARDWARE_FLOPS.search(
                 text[col].lower())):
@@ -354,7 +353,7 @@ DEFAULT_ZERO = {"megatron-2021": 0, "megatron-core": 1, "llama3": 2, "mosaicml":
 
 def _prose(row: dict[str, str]) -> str:
     """The row's free-text cells (notes, other measurements), joined."""
-    return " ".join(row.get(k, "") for k in ("notes", "other_measured"))
+    return row_text(row, ("notes", "other_measured"), lower=False)
 
 
 def _stated(row: dict[str, str], col: str) -> int | None:
@@ -484,7 +483,7 @@ def map_row(row: dict[str, str]) -> MappedCase:
                      "the row states: EP A2A overlap / DualPipe)")
     sp = read_switch(row.get("sp", ""))
     zero = _zero_stage(row.get("zero_fsdp", ""), fw, notes)
-    lora = lora_rank_of(" ".join(row.get(k, "") for k in ("notes", "model", "source_location")),
+    lora = lora_rank_of(row_text(row, ("notes", "model", "source_location"), lower=False),
                         tp is None or pp is None, notes)
     if lora is not None:
         plan["lora_rank"] = lora
@@ -682,14 +681,14 @@ def era_year(row: dict[str, str]) -> int | None:
     release = nemo_release(row)
     if release is not None:
         return 2000 + release[0]
-    text = " ".join(row.get(k, "") for k in ("source", "source_location", "notes")).lower()
+    text = row_text(row, ("source", "source_location", "notes"))
     return 2025 if "megatron-bridge" in text else None
 
 
 def nemo_release(row: dict[str, str]) -> tuple[int, int] | None:
     """The ``(yy, mm)`` of the NeMo container a row names, either way round ("NeMo 24.07",
     "'25.11 NeMo Container'"); ``None`` when it names none."""
-    text = " ".join(row.get(k, "") for k in ("source", "source_location", "notes")).lower()
+    text = row_text(row, ("source", "source_location", "notes"))
     m = (re.search(r"nemo(?:\s+framework)?\s*(?:container\s*)?v?(\d\d)\.(0[1-9]|1[0-2])\b",
                    text)
          or re.search(r"\b(\d\d)\.(0[1-9]|1[0-2])(?:\.\d+)?\s+nemo\b", text))
@@ -714,7 +713,7 @@ def _gradient_settings(row: dict[str, str], fw: str, notes: list[str]) -> dict[s
     if stated is not None:
         notes.append(f"gradients reduced in {'fp32' if stated else 'bf16'} (as the row states)")
         return {"grad_reduce_in_fp32": stated}
-    where = " ".join(row.get(k, "") for k in ("source", "source_location")).lower()
+    where = row_text(row, ("source", "source_location"))
     release = nemo_release(row)
     benchmark = "perf" in where and ("megatron-bridge" in where or (
         release is not None and release >= MB_PERF_FROM))
