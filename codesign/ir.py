@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Literal, overload
 
 from codesign.groups import GROUP_STREAM, stream_of
+from codesign.specs.parallel import Fp8Recipe
 
 OpKind = Literal["gemm", "attention", "memory", "comm"]
 #: suffix of the stream of prefetched parameter all-gathers (``dp`` -> ``dp_gather``)
@@ -57,9 +58,10 @@ class Op:
     precision: str = "bf16"
     count: float = 1.0  # identical kernels (mnk is per kernel; flops and bytes are totals)
     role: Literal["fwd", "dgrad", "wgrad", ""] = ""  # GEMM pass (fp8 casts depend on it)
-    #: FP8 GEMM whose activation operand is quantized with per-tensor current scaling
-    #: (amax pass + scale + cast per tensor; see :mod:`codesign.hardware.compute`)
-    current_scaling: bool = False
+    #: how an FP8 GEMM's operands are scaled (the plan's ``fp8_recipe``): "delayed",
+    #: "current" (amax pass + scale + cast per tensor) or "rowwise" (see
+    #: :mod:`codesign.hardware.compute`)
+    fp8_scaling: Fp8Recipe = "delayed"
     # fused self-attention shape (batch × heads on this rank, sequence, head dim), for
     # measured attention tables; None when queries and keys differ in length (CP)
     attn_shape: tuple[float, float, float] | None = None

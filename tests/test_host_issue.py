@@ -71,7 +71,7 @@ def test_kernel_count_and_host_time() -> None:
     # 16 experts' FP8 GEMMs under current scaling: 16 GEMMs + 3 quantization kernels each
     gemm = Op(name="expert_up", kind="gemm", category="forward", layer=0, flops=1.0,
               mnk=(256.0, 1536.0, 2048.0), precision="fp8", count=16.0, role="fwd",
-              current_scaling=True)
+              fp8_scaling="current")
     assert kernels(gemm) == 16 + 48
     delayed = Op(name="expert_up", kind="gemm", category="forward", layer=0, flops=1.0,
                  mnk=(256.0, 1536.0, 2048.0), precision="fp8", count=16.0, role="fwd")

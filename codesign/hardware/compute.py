@@ -13,7 +13,10 @@ Transformer Engine quantization of its activation operand (``FP8_CAST_BYTES`` /
 ``FP4_CAST_BYTES`` per element, one extra kernel overhead), which also writes the transposed
 copy the weight-gradient GEMM reads; under per-tensor current scaling (``fp8_recipe``
 "current") each quantized tensor (each expert's split of a grouped GEMM) also pays an amax pass
-and a scale kernel (``CURRENT_SCALING_*``). FP4 GEMMs run at the FP4 peak times ``gemm_max``
+and a scale kernel (``CURRENT_SCALING_*``); under torchao's row-wise recipe each quantized
+tensor is cast along both axes (``ROWWISE_CAST_*``), the forward GEMM runs the CUTLASS
+row-scaled kernel (``ROWWISE_GEMM_FRACTION``) and each backward GEMM's output is rescaled by a
+kernel of its own (``ROWWISE_RESCALE_BYTES``). FP4 GEMMs run at the FP4 peak times ``gemm_max``
 (ASSUMPTION: no FP4 max-achievable-matmul measurement per part; Azure's ND GB200 v6 cuBLASLt
 FP4 16384³ run reached 0.76 of peak, ``hardware/gb200.yaml``, beside ``gemm_max`` 0.73). GEMM
 and attention efficiencies are multiplied by the GPU's ``sustained_fraction``: microbenchmarks
@@ -107,6 +110,30 @@ CAST_BYTES: dict[str, float] = {"fp8": FP8_CAST_BYTES, "fp4": FP4_CAST_BYTES}
 #: multi-tensor kernel only for delayed scaling ("Quantize kernels individually" otherwise).
 CURRENT_SCALING_AMAX_BYTES = 2.0
 CURRENT_SCALING_KERNELS = 3
+#: torchao's "rowwise" recipe (``Float8LinearRecipeName.ROWWISE``: "dynamic rowwise scaling
+#: with the CUTLASS rowwise kernel"). Each GEMM scales its operands along the reduced axis,
+#: so an activation (input or output gradient) is cast twice, once per axis: kernel 1 reads
+#: the BF16 tensor (2 B), writes its FP8 copy scaled by row (1 B) and a transposed BF16 copy
+#: (2 B); kernel 2 reads that copy (2 B) and writes the FP8 copy scaled along the other axis
+#: (1 B); the row amaxes are reductions inside the kernels (torchao
+#: ``torchao/float8/roofline_utils.py``, ``get_tensor_memory_traffic_ovhd_s``, "rowwise":
+#: "assume that we can't fuse 1 and 2 because that would require loading the entire tensor
+#: to shared memory")
+ROWWISE_CAST_BYTES = 2.0 + 1.0 + 2.0 + 2.0 + 1.0
+ROWWISE_CAST_KERNELS = 2
+#: the backward GEMMs of the rowwise recipe accumulate in FP32 (no fast accumulation), where
+#: "the rowwise CUTLASS-based kernel is so slow without fast-accum" that torchao runs the
+#: cuBLAS per-tensor GEMM and applies the row scales to its output afterwards (pytorch/ao PR
+#: #1325, ``addmm_float8_unwrapped``), "at least one extra triton kernel per GEMM ... just for
+#: the rescaling" (pytorch/ao issue #2184): that kernel reads and writes the BF16 output
+#: (2 + 2 B per output element)
+ROWWISE_RESCALE_BYTES = 4.0
+#: speed of the forward CUTLASS row-scaled FP8 GEMM (fast accumulation) relative to the cuBLAS
+#: per-tensor one on H100: "Most shapes are within 90-100% of tensor-wise efficiency, but
+#: there's a long tail going down to 50%" (pytorch/pytorch issue #147971, after PR #134781's
+#: tile heuristics). ASSUMPTION: the middle of the stated bulk, 0.95, on every part (no
+#: per-shape table is published as text)
+ROWWISE_GEMM_FRACTION = 0.95
 
 #: Host enqueue cost of one kernel launch (``cudaLaunchKernel``), us: what a kernel launched
 #: from a stream pays on top of the GPU-side cost when the GPU runs faster than the host
@@ -222,23 +249,41 @@ def attention_head_dim_factor(gpu: GpuSpec, measured: float, head_dim: float | N
     return (inv_eta + c / ref) / (inv_eta + c / head_dim)
 
 
+def _scaling(op: Op) -> str:
+    """The FP8 scaling recipe that prices ``op``'s quantization ("delayed" unless FP8)."""
+    return op.fp8_scaling if op.precision == "fp8" else "delayed"
+
+
 def cast_kernels(op: Op) -> float:
     """Quantization kernels an FP8/FP4 GEMM launches for its activation operand (forward and
-    input-gradient GEMMs; 0 otherwise): one cast(-transpose) kernel, or under FP8 current
-    scaling three per quantized tensor (amax, scale, cast), each expert's split by itself."""
+    input-gradient GEMMs; 0 otherwise): one cast(-transpose) kernel, or per quantized tensor
+    (each expert's split by itself) three under FP8 current scaling (amax, scale, cast) and
+    two under row-wise scaling (one cast per axis)."""
     if op.kind != "gemm" or op.precision not in CAST_BYTES or op.role not in ("fwd", "dgrad"):
         return 0.0
-    if op.current_scaling and op.precision == "fp8":
+    scaling = _scaling(op)
+    if scaling == "current":
         return CURRENT_SCALING_KERNELS * op.count
+    if scaling == "rowwise":
+        return ROWWISE_CAST_KERNELS * op.count
     return 1.0
+
+
+def rescale_kernels(op: Op) -> float:
+    """Kernels that apply row scales to a backward FP8 GEMM's output (row-wise recipe:
+    :data:`ROWWISE_RESCALE_BYTES`), one per GEMM; 0 otherwise."""
+    if op.kind != "gemm" or op.role not in ("dgrad", "wgrad") or _scaling(op) != "rowwise":
+        return 0.0
+    return op.count
 
 
 def kernels(op: Op) -> float:
     """Compute kernels the host launches for ``op``: a GEMM's ``count`` plus its quantization
-    (:func:`cast_kernels`); one for a memory or attention operator; none for a collective,
-    which keeps its overlap rule's timing (:func:`codesign.engine.chunk.op_tasks`)."""
+    (:func:`cast_kernels`) and output rescaling (:func:`rescale_kernels`); one for a memory
+    or attention operator; none for a collective, which keeps its overlap rule's timing
+    (:func:`codesign.engine.chunk.op_tasks`)."""
     if op.kind == "gemm":
-        return op.count + cast_kernels(op)
+        return op.count + cast_kernels(op) + rescale_kernels(op)
     return 0.0 if op.kind == "comm" else 1.0
 
 
@@ -354,17 +399,26 @@ class ComputeModel:
         if op.kind == "gemm":
             assert op.mnk is not None
             peak = self.gpu.peak_flops(op.precision)
-            flop_time = op.flops / (peak * self.gemm_efficiency(*op.mnk, op.precision))
+            scaling = _scaling(op)
+            eff_gemm = self.gemm_efficiency(*op.mnk, op.precision)
+            if scaling == "rowwise" and op.role == "fwd":
+                eff_gemm *= ROWWISE_GEMM_FRACTION
+            flop_time = op.flops / (peak * eff_gemm)
             t = max(flop_time, mem_time) + op.count * overhead
+            m, n, k = op.mnk
             casts = cast_kernels(op)
             if casts:
                 # the activation / output-gradient operand is quantized by its own kernel(s)
                 # (weights are cast once per step and their transposes cached)
-                m, _, k = op.mnk
                 cast_bytes = CAST_BYTES[op.precision]
-                if op.current_scaling and op.precision == "fp8":
+                if scaling == "current":
                     cast_bytes += CURRENT_SCALING_AMAX_BYTES
+                elif scaling == "rowwise":
+                    cast_bytes = ROWWISE_CAST_BYTES
                 t += op.count * m * k * cast_bytes / stream + casts * overhead
+            rescales = rescale_kernels(op)
+            if rescales:
+                t += op.count * m * n * ROWWISE_RESCALE_BYTES / stream + rescales * overhead
             return t
         if op.kind == "attention":
             peak = self.gpu.peak_flops("bf16")

@@ -11,6 +11,8 @@ from codesign.specs.base import Spec
 Dim = Literal["tp", "cp", "ep", "dp", "pp"]
 #: fused attention kernel families (:func:`codesign.hardware.compute.attention_fractions`)
 AttentionKernel = Literal["auto", "fa2", "triton", "fa1"]
+#: how an FP8 GEMM's operands are scaled (``ParallelismSpec.fp8_recipe``)
+Fp8Recipe = Literal["delayed", "current", "rowwise"]
 DEFAULT_PLACEMENT: tuple[Dim, ...] = ("tp", "cp", "ep", "dp", "pp")
 
 BUILTIN_COLLECTIVE_ALGORITHMS: tuple[str, ...] = ("auto", "ring", "tree", "hierarchical",
@@ -104,13 +106,16 @@ class ParallelismSpec(Spec):
         default="bf16",
         description="GEMM precision of the linear layers; fp4 = NVFP4 (E2M1 values, an E4M3 "
                     "scale per 16, an FP32 scale per tensor; parts with an FP4 peak only)")
-    fp8_recipe: Literal["delayed", "current"] = Field(
+    fp8_recipe: Fp8Recipe = Field(
         default="delayed",
-        description="with dtype fp8: how Transformer Engine scales a GEMM's activation "
-                    "operand: 'delayed' (scale from past amax history, the cast fused with its "
-                    "transpose, one fused kernel for all experts of a grouped GEMM) or "
-                    "'current' (per-tensor current scaling, 'FP8-CS': an amax pass, a scale "
-                    "kernel and the cast, per tensor and per expert)",
+        description="with dtype fp8: how a GEMM's operands are scaled: 'delayed' "
+                    "(Transformer Engine: scale from past amax history, the cast fused with "
+                    "its transpose, one fused kernel for all experts of a grouped GEMM), "
+                    "'current' (per-tensor current scaling, 'FP8-CS' or torchao "
+                    "'tensorwise': an amax pass, a scale kernel and the cast, per tensor and "
+                    "per expert) or 'rowwise' (torchao: a scale per row, each operand cast "
+                    "along both axes, the forward GEMM a CUTLASS row-scaled kernel, the "
+                    "backward GEMMs' outputs rescaled by a kernel of their own)",
         json_schema_extra={"column": False})
     fp4_high_precision_first: int = Field(
         default=2, ge=0,

@@ -609,24 +609,25 @@ def read_fp4_high_precision_layers(text: str) -> tuple[int, int] | None:
 
 #: (pattern, recipe); first match wins. The FP8 scaling recipes as precision cells write
 #: them: Transformer Engine's delayed scaling ("FP8-DS", "delayed scaling", amax history),
-#: per-tensor current scaling ("FP8-CS", NeMo / Megatron-Bridge tables) and torchao's
-#: dynamic recipes, which scale from the tensor being cast as current scaling does
-#: ("tensorwise: dynamic per-tensor scaling", "rowwise: dynamic rowwise scaling",
-#: ``torchao.float8.Float8LinearRecipeName``): "dynamic scaling", "tensorwise", "rowwise".
-#: row-wise FP8 scales (torchao "rowwise"), a kind of current scaling
+#: torchao's row-wise recipe ("rowwise: dynamic rowwise scaling",
+#: ``torchao.float8.Float8LinearRecipeName``; "rowwise_with_gw_hp" too, ASSUMPTION: priced as
+#: "rowwise") and per-tensor current scaling ("FP8-CS", NeMo / Megatron-Bridge tables), as
+#: torchao's dynamic per-tensor recipe ("tensorwise: dynamic per-tensor scaling") scales
+#: from the tensor being cast: "dynamic scaling", "tensorwise".
 FP8_ROWWISE = r"row[-_ ]?wise|per[-_ ]row"
 FP8_RECIPE_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"fp8[-_ ]?ds\b|delayed[-_ ]scal|amax[-_ ]history", "delayed"),
-    (r"fp8[-_ ]?cs\b|current[-_ ]scal|dynamic[-_ ](?:\w+[-_ ])?scal|tensor[-_ ]?wise|"
-     + FP8_ROWWISE, "current"),
+    (FP8_ROWWISE, "rowwise"),
+    (r"fp8[-_ ]?cs\b|current[-_ ]scal|dynamic[-_ ](?:\w+[-_ ])?scal|tensor[-_ ]?wise",
+     "current"),
 )
 
 
 def read_fp8_recipe(text: str) -> str | None:
     """The FP8 scaling recipe a precision cell names (:data:`FP8_RECIPE_PATTERNS`):
-    "current" for scaling from the tensor itself (TE current scaling, torchao's dynamic
-    tensorwise / rowwise recipes), "delayed" for an amax history, ``None`` when it names
-    neither (or is not FP8)."""
+    "current" for per-tensor scaling from the tensor itself (TE current scaling, torchao's
+    tensorwise recipe), "rowwise" for torchao's row-wise scales, "delayed" for an amax
+    history, ``None`` when it names neither (or is not FP8)."""
     t = text.strip().lower()
     if not re.search(r"fp8|float8", t):
         return None

@@ -52,7 +52,6 @@ from codesign.validation.plan_rules import (
     stated_cells,
 )
 from codesign.validation.prose import (
-    FP8_ROWWISE,
     read_attention_kernel,
     read_block_layout,
     read_capacity_factor,
@@ -464,10 +463,6 @@ def map_row(row: dict[str, str]) -> MappedCase:
     if recipe is not None:
         plan["fp8_recipe"] = recipe
         notes.append(f"FP8 scaling recipe: {recipe} (as the precision cell states)")
-        if re.search(FP8_ROWWISE, row.get("precision", "").lower()):
-            notes.append("row-wise FP8 scales priced as per-tensor current scaling (an amax "
-                         "pass and a cast per operand); the row-wise GEMM kernel's own speed "
-                         "is not modelled (ASSUMPTION)")
     elif dtype == "fp8" and fw in DYNAMIC_FP8_FRAMEWORKS:
         plan["fp8_recipe"] = "current"
         notes.append(f"FP8 scaling recipe: current ({fw} trains FP8 with torchao's Float8Linear,"

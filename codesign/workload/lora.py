@@ -52,7 +52,7 @@ def adapter_ops(op: Op, rank: int) -> list[Op]:
                                (f"{op.name}.lora_b", (m, n, float(rank)))):
         out.append(replace(op, name=name, mnk=(mm, nn, kk), flops=2.0 * mm * nn * kk,
                            bytes=(mm * kk + kk * nn + mm * nn) * e, precision="bf16",
-                           count=1.0, current_scaling=False, attn_shape=None,
+                           count=1.0, fp8_scaling="delayed", attn_shape=None,
                            fused_bytes=None))
     return out
 

@@ -22,7 +22,7 @@ from codesign.groups import Degrees
 from codesign.groups import group_sizes as sizes_of_groups
 from codesign.ir import Category, Op, RelabeledOps, at_layer, gemm_backward, replace_op
 from codesign.specs.inference import DTYPE_BYTES
-from codesign.specs.parallel import ParallelismSpec
+from codesign.specs.parallel import Fp8Recipe, ParallelismSpec
 from codesign.specs.run import TrainingRun
 from codesign.workload import params as P
 from codesign.workload.dims import (
@@ -146,7 +146,7 @@ def template_precision(t: OpTemplate, dtype: str, plan_dtype: str | None = None)
 
 
 def _bind(t: OpTemplate, env: Mapping[str, float], layer: int, precision: str,
-          plan_dtype: str | None = None, current_scaling: bool = False) -> Op:
+          plan_dtype: str | None = None, fp8_scaling: Fp8Recipe = "delayed") -> Op:
     mnk = None
     if t.mnk is not None:
         mnk = (t.mnk[0].evaluate(env), t.mnk[1].evaluate(env), t.mnk[2].evaluate(env))
@@ -156,7 +156,7 @@ def _bind(t: OpTemplate, env: Mapping[str, float], layer: int, precision: str,
         comm=t.comm, group=t.group, size=evaluate(t.size, env), overlap=t.overlap,
         causal=t.causal, precision=template_precision(t, precision, plan_dtype),
         count=evaluate(t.count, env) if t.count is not None else 1.0,
-        role="fwd" if t.kind == "gemm" else "", current_scaling=current_scaling,
+        role="fwd" if t.kind == "gemm" else "", fp8_scaling=fp8_scaling,
         attn_shape=(tuple(x.evaluate(env) for x in t.attn)  # type: ignore[arg-type]
                     if t.attn is not None and env["T"] == env["b"] * env["S"]
                     and env["aw"] == 1.0 else None),
@@ -296,7 +296,7 @@ class ChunkBinder:
         self.env = bind_dims(run)
         self.sizes = group_sizes(run)
         self.prec = p.dtype
-        self.cs = p.fp8_recipe == "current"
+        self.scaling: Fp8Recipe = p.fp8_recipe
         self.dense_grp, self.expert_grp = state_groups(p)
         self.zero3 = p.sharding_stage == 3
         #: bytes of one layer's input, which a recomputed layer keeps (its checkpoint)
@@ -325,7 +325,7 @@ class ChunkBinder:
                 env = {**env, "eg": DTYPE_BYTES[prec], "ew": DTYPE_BYTES[prec]}
             p = run.parallel
             temps = _layer_templates(run, kind)
-            fwd = [_bind(t, env, 0, prec, self.prec, self.cs) for t in temps]
+            fwd = [_bind(t, env, 0, prec, self.prec, self.scaling) for t in temps]
             bwd = [backward_of(o, t) for o, t in zip(fwd, temps, strict=True)]
             if p.recompute == "selective" and p.selective_recompute == "alternate_gemms":
                 saved = alternate_gemm_saved(fwd, self.alternate_gemms(kind),
@@ -397,7 +397,7 @@ class ChunkBinder:
         attn_level = selective and not op_level
         if first:
             temps = embedding_template(layer_structure(run, "dense"))
-            e_ops = [_bind(t, env, -1, prec, current_scaling=self.cs) for t in temps]
+            e_ops = [_bind(t, env, -1, prec, fp8_scaling=self.scaling) for t in temps]
             fwd += e_ops
             e_bwd = [b for o, t in zip(e_ops, temps, strict=True) for b in backward_of(o, t)]
             bwd_layers.append(e_bwd if self.lora is None else frozen_only(e_bwd))
@@ -467,7 +467,7 @@ class ChunkBinder:
             lsaved_list.append((layer, l_saved))
         if last:
             temps = head_template(layer_structure(run, "dense"))
-            h_ops = [_bind(t, env, -1, prec, current_scaling=self.cs) for t in temps]
+            h_ops = [_bind(t, env, -1, prec, fp8_scaling=self.scaling) for t in temps]
             fwd += h_ops
             h_bwd = [b for o, t in reversed(list(zip(h_ops, temps, strict=True)))
                      for b in backward_of(o, t)]
