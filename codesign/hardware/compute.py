@@ -66,7 +66,7 @@ from codesign.ir import Op
 from codesign.measured import MeasuredKernels
 from codesign.specs.gpu import ComputeEfficiency, GpuSpec
 from codesign.specs.inference import DTYPE_BYTES
-from codesign.specs.parallel import AttentionKernel
+from codesign.specs.parallel import AttentionKernel, Fp8Recipe
 from codesign.units import US
 
 #: executed / conventional FLOPs of a causal fused attention kernel (forward)
@@ -249,7 +249,7 @@ def attention_head_dim_factor(gpu: GpuSpec, measured: float, head_dim: float | N
     return (inv_eta + c / ref) / (inv_eta + c / head_dim)
 
 
-def _scaling(op: Op) -> str:
+def _scaling(op: Op) -> Fp8Recipe:
     """The FP8 scaling recipe that prices ``op``'s quantization ("delayed" unless FP8)."""
     return op.fp8_scaling if op.precision == "fp8" else "delayed"
 
