@@ -269,6 +269,17 @@ def cast_kernels(op: Op) -> float:
     return 1.0
 
 
+def cast_bytes(op: Op) -> float:
+    """HBM bytes per element of the operand :func:`cast_kernels` quantize: the cast(-transpose)
+    (:data:`CAST_BYTES`), plus the amax read under FP8 current scaling, or the two per-axis
+    casts of the row-wise recipe (:data:`ROWWISE_CAST_BYTES`)."""
+    scaling = _scaling(op)
+    if scaling == "rowwise":
+        return ROWWISE_CAST_BYTES
+    extra = CURRENT_SCALING_AMAX_BYTES if scaling == "current" else 0.0
+    return CAST_BYTES[op.precision] + extra
+
+
 def rescale_kernels(op: Op) -> float:
     """Kernels that apply row scales to a backward FP8 GEMM's output (row-wise recipe:
     :data:`ROWWISE_RESCALE_BYTES`), one per GEMM; 0 otherwise."""
@@ -399,9 +410,8 @@ class ComputeModel:
         if op.kind == "gemm":
             assert op.mnk is not None
             peak = self.gpu.peak_flops(op.precision)
-            scaling = _scaling(op)
             eff_gemm = self.gemm_efficiency(*op.mnk, op.precision)
-            if scaling == "rowwise" and op.role == "fwd":
+            if op.role == "fwd" and _scaling(op) == "rowwise":
                 eff_gemm *= ROWWISE_GEMM_FRACTION
             flop_time = op.flops / (peak * eff_gemm)
             t = max(flop_time, mem_time) + op.count * overhead
@@ -410,12 +420,7 @@ class ComputeModel:
             if casts:
                 # the activation / output-gradient operand is quantized by its own kernel(s)
                 # (weights are cast once per step and their transposes cached)
-                cast_bytes = CAST_BYTES[op.precision]
-                if scaling == "current":
-                    cast_bytes += CURRENT_SCALING_AMAX_BYTES
-                elif scaling == "rowwise":
-                    cast_bytes = ROWWISE_CAST_BYTES
-                t += op.count * m * k * cast_bytes / stream + casts * overhead
+                t += op.count * m * k * cast_bytes(op) / stream + casts * overhead
             rescales = rescale_kernels(op)
             if rescales:
                 t += op.count * m * n * ROWWISE_RESCALE_BYTES / stream + rescales * overhead
