@@ -137,6 +137,7 @@ READERS = {
     "switch": prose.read_switch,
     "ep_overlap": prose.read_ep_overlap,
     "overlap_comm": prose.read_overlap_comm,
+    "tp_overlap": prose.read_tp_overlap,
     "grad_reduce": prose.read_grad_reduce_in_fp32,
     "dispatcher": prose.read_dispatcher,
     "precision": prose.read_precision,

@@ -292,6 +292,31 @@ def read_overlap_comm(text: str) -> bool | None:
     return _first_match(OVERLAP_COMM_PATTERNS, text.lower())
 
 
+_TP = r"(?:tp|tensor[- ]parallel(?:ism)?)"
+#: (pattern, overlapped); first match wins. Tensor-parallel communication overlapped with the
+#: GEMMs that produce or consume it, as the frameworks name it: torchtitan's "Async TP"
+#: (``enable_async_tensor_parallel``: all-gather/matmul and matmul/reduce-scatter
+#: micro-pipelined over symmetric memory) against its "vanilla TP", Megatron-Core's
+#: ``--tp-comm-overlap`` / ``tp_comm_overlap`` (Transformer Engine userbuffers). A speed-up
+#: figure quoted for it ("async TP speedup 1.09x") reports a comparison, not this run's setting.
+TP_OVERLAP_PATTERNS: tuple[tuple[str, bool], ...] = (
+    (rf"vanilla\s+{_TP}|(?:no|without|w/o)\s+async(?:hronous)?[- ]?{_TP}"
+     rf"|async(?:hronous)?[- ]?{_TP}\s*(?:[=:]\s*)?(?:off|false|disabled)\b"
+     r"|enable_async_tensor_parallel\W{0,3}(?:false|0)\b"
+     r"|tp[-_ ]comm[-_ ]overlap\W{0,3}(?:false|off|0|no|disabled)\b"
+     rf"|(?:no|without|w/o)\s+{_TP}\s+(?:comm\w*\s+)?overlap", False),
+    (rf"async(?:hronous)?[- ]?{_TP}(?!\s*(?:speed[- ]?ups?|gains?)\b)"
+     r"|enable_async_tensor_parallel|tp[-_ ]comm[-_ ]overlap"
+     rf"|{_TP}\s+(?:comm\w*\s+)?overlap", True),
+)
+
+
+def read_tp_overlap(text: str) -> bool | None:
+    """Whether a row's prose says tensor-parallel communication overlaps the GEMMs
+    (:data:`TP_OVERLAP_PATTERNS`); ``None`` when it says nothing of it."""
+    return _first_match(TP_OVERLAP_PATTERNS, text.lower())
+
+
 _HALF = r"(?:bf16|bfloat16|fp16|half[- ]precision|16[- ]bit)"
 _FULL = r"(?:fp32|float32|full[- ]precision|32[- ]bit)"
 _GRAD_OP = r"(?:reduc\w*|all[- ]?reduce\w*|reduce[- ]scatter\w*|accumulat\w*|sync\w*|comm\w*)"
