@@ -396,3 +396,21 @@ def test_an_nvfp4_row_runs_fp4_gemms_where_the_part_has_them() -> None:
                     "tp": "4", "pp": "8"})
     assert h100.candidates[0][0].parallel.dtype == "fp8"
     assert any("no FP4 peak" in a for a in h100.assumptions)
+
+
+def test_a_row_the_specs_refuse_is_a_row_not_the_end_of_the_run(tmp_path: Path) -> None:
+    """A cell that makes the model invalid (a hidden size the heads do not divide) is reported
+    on its row with the field named; the rows after it still run (inference and training)."""
+    root = Path(__file__).parent.parent / "experiments" / "validation"
+    for name, col in (("inference_cases.csv", "hidden_size"), ("training_cases.csv",
+                                                               "hidden_size")):
+        rows = list(csv.DictReader((root / name).open()))
+        bad = {**rows[0], col: "8", "num_heads": rows[0]["num_heads"] or "64"}
+        path = tmp_path / name
+        with path.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows([bad, rows[1]])
+        first, second = run_csv(path)
+        assert first.status == "unsupported" and "hidden_size" in first.reason, first.reason
+        assert second.status != "unsupported" or "hidden_size" not in second.reason

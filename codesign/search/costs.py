@@ -190,7 +190,10 @@ def sum_chunk(lc: LayerCosts, sig: Signature) -> tuple[PassCost, ...]:
         # a backward pass ends with the embedding (first chunk) or its lowest layer
         tail = 0.0
         if ph != "F":
-            tail = lc.emb_tail[ph] if first else lc.per[ph][kinds[0]].tail_s
+            # a chunk of no transformer layer (only the loss: pp×vpp may exceed the layer
+            # count by the embedding's and the loss's own stages) has no tail
+            tail = (lc.emb_tail[ph] if first
+                    else lc.per[ph][kinds[0]].tail_s if kinds else 0.0)
         out.append(PassCost(t, parts, tail))
     return tuple(out)
 

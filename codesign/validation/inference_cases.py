@@ -81,7 +81,7 @@ from codesign.validation.serving_rows import (
     stated_requests,
     unmodelled_of,
 )
-from codesign.validation.training_cases import Unsupported, gpu_of
+from codesign.validation.training_cases import Unsupported, gpu_of, map_rows
 
 #: a CSV with this column holds inference rows
 INFERENCE_MARKER = "serving_mode"
@@ -473,12 +473,9 @@ def dataset_of(row: dict[str, str]) -> tuple[str, tuple[int, int, float, str]] |
 
 
 def iter_cases(path: Path) -> Iterator[tuple[dict[str, str], InferenceCase | str]]:
-    """Each row with its mapped case, or the reason it cannot be simulated."""
-    for row in read_rows(path):
-        try:
-            yield row, map_row(row)
-        except (Unsupported, SpecError) as exc:
-            yield row, str(exc)
+    """Each row with its mapped case, or the reason it cannot be simulated
+    (:func:`~codesign.validation.training_cases.map_rows`)."""
+    return map_rows(read_rows(path), map_row)
 
 
 __all__ = [

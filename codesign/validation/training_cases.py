@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -80,6 +80,8 @@ from codesign.validation.prose import (
 )
 from codesign.validation.recompute import apply_choice, recompute_choices, stated_recompute
 from codesign.workload.dims import plan_problems
+
+T = TypeVar("T")
 
 REQUIRED_COLUMNS = ("case_id", "source", "model", "num_layers", "hidden_size", "num_heads",
                     "gpu_type", "num_gpus", "tp", "pp", "global_batch_size")
@@ -961,12 +963,23 @@ def _interleaving_depths(row: dict[str, str], fw: str, num_layers: int, pp: int,
     return vpps
 
 
-def iter_cases(path: Path) -> Iterator[tuple[dict[str, str], MappedCase | str]]:
-    """Each row with its mapped case, or the reason it cannot be simulated."""
-    for row in read_rows(path):
+def map_rows(rows: Iterable[dict[str, str]], mapper: Callable[[dict[str, str]], T],
+             ) -> Iterator[tuple[dict[str, str], T | str]]:
+    """Each row with ``mapper``'s case, or the reason it cannot be simulated: a cell the
+    reading refuses, a value the specs refuse (e.g. seq_len 0, a hidden size the heads do not
+    divide), or any other failure of the mapping, named by its type: one row never ends the
+    run (training and inference rows alike)."""
+    for row in rows:
         try:
-            yield row, map_row(row)
+            yield row, mapper(row)
         except (Unsupported, SpecError) as exc:
             yield row, str(exc)
-        except ValidationError as exc:  # a value the specs refuse (e.g. seq_len 0)
+        except ValidationError as exc:
             yield row, format_validation_error(exc, exc.title, f"case {row.get('case_id', '')}")
+        except Exception as exc:  # a failing row is a row, never the end of the run
+            yield row, f"{type(exc).__name__}: {exc}"
+
+
+def iter_cases(path: Path) -> Iterator[tuple[dict[str, str], MappedCase | str]]:
+    """Each row with its mapped case, or the reason it cannot be simulated (:func:`map_rows`)."""
+    return map_rows(read_rows(path), map_row)
