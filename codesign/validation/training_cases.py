@@ -753,8 +753,9 @@ def _tp_overlap_settings(row: dict[str, str], fw: str, tp: int, sp: bool,
 
     Stated off: the collectives block. Stated on: overlapped where codesign models the
     mechanism, Megatron-Core's Transformer Engine userbuffers (``--tp-comm-overlap``, forward
-    and backward GEMMs, the overlap rule of :func:`codesign.workload.layers.attention_block`;
-    Megatron requires sequence parallelism for it).
+    and backward GEMMs: the ``next`` / ``prev`` overlap rules of
+    :func:`codesign.workload.step_program.wire_pass`; Megatron requires sequence parallelism
+    for it).
     Other frameworks' asynchronous TP (torchtitan's micro-pipelined Async TP) keeps blocking
     collectives, recorded as an assumption: its published gains are forward-pass gains ("up to
     ~20% forward pass speedup and ~8% E2E speedup in Llama3 70B", PyTorch dev-discuss
