@@ -59,7 +59,6 @@ from codesign.specs.run import TrainingRun
 from codesign.workload.dims import pipeline_message
 from codesign.workload.offload import HOST_GROUPS, host_copies
 from codesign.workload.schedules import SPLIT_BACKWARD, inflight_window, period, tail_phases
-from codesign.workload.step_program import GRAD_REDUCE_BYTES as GRAD_REDUCE_BYTES
 from codesign.workload.step_program import PARAM_BYTES as PARAM_BYTES
 from codesign.workload.step_program import (
     Node,
@@ -256,7 +255,7 @@ def host_link(run: TrainingRun) -> HostLink | None:
 
 
 def offloaded_optimizer_s(host: HostLink, update_bytes: float, params_on_host: bool,
-                          grad_bytes: float = GRAD_REDUCE_BYTES) -> float:
+                          grad_bytes: float) -> float:
     """Seconds of the optimizer step on the host CPU (:mod:`codesign.workload.offload`):
     ``update_bytes`` are :func:`~codesign.workload.training.adam_bytes_per_param` per local
     parameter; the gradients (``grad_bytes`` per parameter) go device-to-host, the CPU

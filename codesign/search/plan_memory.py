@@ -19,7 +19,7 @@ from codesign.report.training import MEMORY_KEYS
 from codesign.search.costs import LayerCosts
 from codesign.search.pipeline import live_vectors
 from codesign.units import GiB
-from codesign.workload.memory import GRAD_BYTES, comm_buffer_bytes, state_bytes
+from codesign.workload.memory import comm_buffer_bytes, state_bytes
 
 #: ``[stage, chunk]`` arrays: layers of each kind (sorted by kind), holds the embedding, holds
 #: the head
@@ -39,8 +39,7 @@ class PlanMemory:
 
 
 def plan_memory(lc: LayerCosts, asg: Assignment, zero: int, dense_n: int, expert_n: int,
-                kind: str, pp: int, vpp: int, n: int,
-                grad_bytes: float = GRAD_BYTES) -> PlanMemory:
+                kind: str, pp: int, vpp: int, n: int, grad_bytes: float) -> PlanMemory:
     """Memory of every stage of a plan (``asg``: its chunks' layers by stage and chunk;
     ``grad_bytes``: bytes per gradient, ``ParallelismSpec.grad_bytes``)."""
     counts, first_a, last_a = asg

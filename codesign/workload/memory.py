@@ -23,7 +23,6 @@ from codesign.workload.schedules import peak_in_flight, peaks_in_flight
 from codesign.workload.training import OPT_BYTES_PER_PARAM, TrainingGraph
 
 WEIGHT_BYTES = 2.0
-GRAD_BYTES = 4.0
 
 
 @dataclass(frozen=True)
@@ -93,7 +92,7 @@ def stage_memory(graph: TrainingGraph, stage: int, dense_n: int, expert_n: int,
 
 
 def state_bytes(dense: Any, expert: Any, zero: int, dense_n: int, expert_n: int,
-                largest_layer: Any = 0.0, grad_bytes: float = GRAD_BYTES) -> tuple[Any, Any, Any]:
+                largest_layer: Any, grad_bytes: float) -> tuple[Any, Any, Any]:
     """``(weights, gradients, optimizer states)`` bytes of a stage's ranks holding ``dense``
     and ``expert`` parameters, sharded over ``dense_n``/``expert_n`` ranks from ZeRO stage 3 /
     2 / 1 on; under ZeRO-3 two gathered layers (the current one and the prefetched one, the

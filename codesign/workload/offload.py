@@ -9,7 +9,7 @@ DRAM over PCIe, Grace LPDDR5X over NVLink-C2C, a CXL pool):
   weights and Adam moments (12 B per local parameter) live in the tier and the Adam step runs on
   the CPU. After the last backward the fp32 main gradients of the rank's shard (4 B/param) are
   copied device-to-host, the CPU streams the update's 30 B/param
-  (:data:`~codesign.workload.training.ADAM_BYTES_PER_PARAM`) through host memory, and the
+  (:func:`~codesign.workload.training.adam_bytes_per_param`) through host memory, and the
   updated bf16 parameters (2 B/param) are copied back host-to-device. The three run one after
   the other on the optimizer's slot, not overlapped with compute (Megatron-Core's default,
   ``overlap_cpu_optimizer_d2h_h2d=False``).

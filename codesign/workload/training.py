@@ -44,16 +44,13 @@ from codesign.workload.ops import OpTemplate, evaluate, evaluate_optional
 OPT_BYTES_PER_PARAM = 4 + 4 + 4  # fp32 master weights + Adam m + Adam v
 
 
-def adam_bytes_per_param(grad_bytes: float = 4.0) -> float:
+def adam_bytes_per_param(grad_bytes: float) -> float:
     """HBM traffic of one Adam update per local parameter, bytes: read+write master, m, v
     (24 B), read the gradient (``grad_bytes``: 4 fp32, 2 bf16,
     :attr:`~codesign.specs.parallel.ParallelismSpec.grad_bytes`), write the bf16 working copy
     (2 B)."""
     return 24.0 + grad_bytes + 2.0
 
-
-#: :func:`adam_bytes_per_param` of fp32 gradients (30 B)
-ADAM_BYTES_PER_PARAM = adam_bytes_per_param()
 
 
 @dataclass(frozen=True)
