@@ -50,3 +50,18 @@ def test_torchtitan_async_tp_is_an_assumption_not_an_overlap() -> None:
     vanilla = map_row({**_TITAN, "notes": "torch.compile; vanilla tp",
                        "other_measured": "async TP speedup 1.09x"})
     assert "priced blocking" not in " ".join(vanilla.assumptions)
+
+
+def test_nvfp4_megatron_rows_block_tp_communication() -> None:
+    """Megatron-Bridge's NVFP4 recipes turn userbuffers off ("NVFP4's fp4_param_gather path is
+    incompatible with TP comm overlap"): an NVFP4 row that does not state the switch blocks,
+    the same row in FP8 overlaps, and a row that states the overlap keeps it."""
+    b200 = {**_MEGATRON, "gpu_type": "B200", "tp": "4"}
+    assert _overlap(map_row({**b200, "precision": "FP8"})) == {True}
+    fp4 = map_row({**b200, "precision": "NVFP4"})
+    assert _overlap(fp4) == {False}
+    assert "incompatible with NVFP4" in " ".join(fp4.assumptions)
+    stated = map_row({**b200, "precision": "NVFP4", "notes": "--tp-comm-overlap"})
+    assert _overlap(stated) == {True}
+    searched = map_row({**b200, "precision": "NVFP4", "tp": "", "pp": ""})
+    assert _overlap(searched) == {False}  # the search keeps the framework's switch

@@ -497,7 +497,7 @@ def map_row(row: dict[str, str]) -> MappedCase:
                      + (SP_ERA_NOTE if early else f"({fw} default)"))
     plan["sequence_parallel"] = sp
     plan["zero_stage"] = zero
-    plan.update(_row_settings(row, fw, tp, sp, gpu, zero, notes))
+    plan.update(_row_settings(row, fw, tp, sp, gpu, zero, dtype, notes))
     if "placement_order" in plan:
         notes.append(f"rank placement {', '.join(plan['placement_order'])} "
                      f"(innermost first; {fw} default)")
@@ -604,7 +604,7 @@ def _searched_case(row: dict[str, str], fw: str, notes: list[str], measurement: 
     fixed.update(overlap_grad_reduce=defaults.overlap_grad_reduce,
                  overlap_param_gather=defaults.overlap_param_gather,
                  tp_comm_overlap=False)
-    fixed.update(_row_settings(row, fw, 2, True, gpu, stated["zero"], notes))
+    fixed.update(_row_settings(row, fw, 2, True, gpu, stated["zero"], plan["dtype"], notes))
     if fixed["tp_comm_overlap"]:
         del fixed["tp_comm_overlap"]
     base = TrainingRun(model=model, gpu=gpu, topology=topo, num_gpus=n,
@@ -734,10 +734,11 @@ def _era_settings(row: dict[str, str], fw: str, notes: list[str]) -> dict[str, A
 
 
 def _row_settings(row: dict[str, str], fw: str, tp: int, sp: bool, gpu: GpuSpec, zero: int,
-                  notes: list[str]) -> dict[str, Any]:
+                  dtype: str, notes: list[str]) -> dict[str, Any]:
     """The plan settings a row's framework, sharding, era and attention kernel fix, merged in
-    that order (later readings win), for a stated plan and for a searched one alike."""
-    return {**_framework_settings(fw, tp, sp, gpu, notes),
+    that order (later readings win), for a stated plan and for a searched one alike
+    (``dtype``: the plan's training precision)."""
+    return {**_framework_settings(fw, tp, sp, gpu, dtype, notes),
             **_sharding_settings(row, fw, zero, notes),
             **_era_settings(row, fw, notes),
             **_attention_settings(row, fw, notes),
@@ -818,12 +819,13 @@ def _attention_settings(row: dict[str, str], fw: str, notes: list[str]) -> dict[
     return {}
 
 
-def _framework_settings(fw: str, tp: int, sp: bool, gpu: GpuSpec,
+def _framework_settings(fw: str, tp: int, sp: bool, gpu: GpuSpec, dtype: str,
                         notes: list[str]) -> dict[str, Any]:
     """Plan settings a framework fixes: Megatron-LM 2019-22 had no flash attention, no
     overlap and scatter/gathered, blocking pipeline sends; Megatron-Core overlaps TP
     communication with GEMMs where its userbuffers run: Hopper-class and later GPUs (the
-    parts with FP8 tensor cores), not the A100 or older (A800, V100); Meta's Llama 3 stack
+    parts with FP8 tensor cores), not the A100 or older (A800, V100), and not in NVFP4
+    training (:data:`NVFP4_TP_OVERLAP_NOTE`); Meta's Llama 3 stack
     places PP inside DP; torchtitan's selective activation checkpointing is PyTorch's
     op-level policy (``activation_checkpoint.selective_ac_option = "op"`` in its Llama
     configs: every second GEMM recomputed)."""
@@ -835,7 +837,11 @@ def _framework_settings(fw: str, tp: int, sp: bool, gpu: GpuSpec,
         return dict(flash_attention=False, overlap_grad_reduce=False,
                     overlap_param_gather=False, pipeline_scatter_gather=True, overlap_p2p=False)
     if fw == "megatron-core":
-        return {"tp_comm_overlap": tp > 1 and "fp8" in gpu.peak_tflops and sp}
+        overlap = tp > 1 and "fp8" in gpu.peak_tflops and sp
+        if overlap and dtype == "fp4":
+            notes.append(NVFP4_TP_OVERLAP_NOTE)
+            return {"tp_comm_overlap": False}
+        return {"tp_comm_overlap": overlap}
     if fw == "llama3":
         # "the order of parallelism dimensions, [TP, CP, PP, DP], is optimized for network
         # communication": PP inside DP, so a pipeline stays in one pod and only DP crosses
@@ -844,6 +850,14 @@ def _framework_settings(fw: str, tp: int, sp: bool, gpu: GpuSpec,
     return {}
 
 
+#: Megatron-Core's userbuffers TP overlap is off in NVFP4 training: Megatron-Bridge's NVFP4
+#: performance recipes set ``tp_comm_overlap = False`` on every GPU, stating "NVFP4's
+#: fp4_param_gather path is incompatible with TP comm overlap, so it is disabled here"
+#: (``src/megatron/bridge/perf_recipes/qwen/b200/qwen3_moe.py``; likewise the Llama 3 70B and
+#: Llama 3.1 405B NVFP4 recipes for B200, B300, GB200 and GB300)
+NVFP4_TP_OVERLAP_NOTE = ("TP communication not overlapped with the GEMMs: Megatron-Core's "
+                         "userbuffers overlap is incompatible with NVFP4 training (its NVFP4 "
+                         "recipes disable it)")
 #: frameworks whose own sharding a ZeRO-3 row means (FSDP / FSDP2, MaxText's fsdp axis,
 #: Meta's stack): their ZeRO-3 is never DeepSpeed's
 _OWN_SHARDING = ("torchtitan", "mosaicml", "maxtext", "llama3")
