@@ -65,3 +65,11 @@ def test_nvfp4_megatron_rows_block_tp_communication() -> None:
     assert _overlap(stated) == {True}
     searched = map_row({**b200, "precision": "NVFP4", "tp": "", "pp": ""})
     assert _overlap(searched) == {False}  # the search keeps the framework's switch
+
+
+def test_nvfp4_row_on_a_part_without_fp4_overlaps_as_fp8() -> None:
+    """On a part without an FP4 peak the row trains in FP8 (``_fp4_plan``), so the FP8
+    default applies to the stated plan as it does to a searched one."""
+    h100 = map_row({**_MEGATRON, "gpu_type": "H100 SXM5 80GB", "precision": "NVFP4"})
+    assert {run.parallel.dtype for grp in h100.candidates for run in grp} == {"fp8"}
+    assert _overlap(h100) == {True}

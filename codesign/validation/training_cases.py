@@ -497,7 +497,7 @@ def map_row(row: dict[str, str]) -> MappedCase:
                      + (SP_ERA_NOTE if early else f"({fw} default)"))
     plan["sequence_parallel"] = sp
     plan["zero_stage"] = zero
-    plan.update(_row_settings(row, fw, tp, sp, gpu, zero, dtype, notes))
+    plan.update(_row_settings(row, fw, tp, sp, gpu, zero, plan["dtype"], notes))
     if "placement_order" in plan:
         notes.append(f"rank placement {', '.join(plan['placement_order'])} "
                      f"(innermost first; {fw} default)")
