@@ -299,7 +299,8 @@ class Estimator:
         """The plan and its memory, or an infeasible :class:`Estimate` when it does not fit."""
         p = self.plan(point)
         mem = plan_memory(p.lc, self.assignment_arrays(p.pp, p.vpp), p.zero, p.dense_n,
-                          p.expert_n, p.kind, p.pp, p.vpp, p.n, p.par.grad_bytes)
+                          p.expert_n, p.kind, p.pp, p.vpp, p.n, p.par.grad_bytes,
+                          p.par.lp_grad_bytes)
         if mem.total > self.capacity:
             return Estimate(point, False,
                             reason=(f"out of memory: needs {mem.total / GiB:.1f} GiB per GPU "

@@ -39,9 +39,11 @@ class PlanMemory:
 
 
 def plan_memory(lc: LayerCosts, asg: Assignment, zero: int, dense_n: int, expert_n: int,
-                kind: str, pp: int, vpp: int, n: int, grad_bytes: float) -> PlanMemory:
+                kind: str, pp: int, vpp: int, n: int, grad_bytes: float,
+                lp_grad_bytes: float = 0.0) -> PlanMemory:
     """Memory of every stage of a plan (``asg``: its chunks' layers by stage and chunk;
-    ``grad_bytes``: bytes per gradient, ``ParallelismSpec.grad_bytes``)."""
+    ``grad_bytes`` / ``lp_grad_bytes``: bytes per gradient, ``ParallelismSpec.grad_bytes`` /
+    ``lp_grad_bytes``)."""
     counts, first_a, last_a = asg
     kinds = list(counts)
     par = {k: lc.params[k] for k in kinds}
@@ -71,7 +73,7 @@ def plan_memory(lc: LayerCosts, asg: Assignment, zero: int, dense_n: int, expert
                                         last_a * lc.head_params)).max(axis=1)
     dense_s, expert_s = dense.sum(axis=1), expert.sum(axis=1)
     weights, gradients, optimizer = state_bytes(dense_s, expert_s, zero, dense_n, expert_n,
-                                                largest, grad_bytes)
+                                                largest, grad_bytes, lp_grad_bytes)
     acts = np.einsum("skc,sc->sk", live_vectors(kind, pp, vpp, n), saved).max(axis=1)
     stage_mem = np.stack([weights, gradients, optimizer, acts,
                           comm_buffer_bytes(payload.max(axis=1))])

@@ -167,6 +167,18 @@ class ParallelismSpec(Spec):
                     "gradient buffer and the data-parallel reduction bytes; ZeRO-3 reduce-"
                     "scatters are priced in bf16 either way",
         json_schema_extra={"column": False})
+    grad_accum_pass: bool = Field(
+        default=False,
+        description="bf16 pipeline-parallel plans (pp > 1) accumulate weight gradients by a "
+                    "separate pass per micro-batch: the bf16 gradients are zeroed before the "
+                    "backward, and after it cast to fp32 and added into an fp32 gradient "
+                    "buffer, 20 B of HBM traffic per parameter, with the bf16 gradients held "
+                    "beside the fp32 buffer (DeepSpeed's BF16_Optimizer: the pipeline "
+                    "engine's clear_lp_grads / update_hp_grads each micro-batch, "
+                    "deepspeed/runtime/pipe/engine.py, PR #1801, April 2022); off: the "
+                    "weight-gradient GEMM accumulates into the gradient buffer (Megatron's "
+                    "gradient_accumulation_fusion)",
+        json_schema_extra={"column": False})
     overlap_param_gather: bool = Field(
         default=True, description="overlap parameter all-gathers with compute",
         json_schema_extra={"search": "switch", "order": 11})
@@ -306,6 +318,20 @@ class ParallelismSpec(Spec):
         if self.schedule is not None:
             return self.schedule
         return "interleaved" if self.vpp > 1 else "1f1b"
+
+    @property
+    def grad_accum_pass_bytes(self) -> float:
+        """HBM bytes per trained parameter of the per-micro-batch gradient accumulation pass
+        (:attr:`grad_accum_pass`; 0 where it does not apply): zeroing the bf16 gradients
+        (write 2 B), casting them to fp32 (read 2, write 4) and adding the copy into the fp32
+        buffer (read 4 + 4, write 4)."""
+        return 20.0 if self.grad_accum_pass and self.pp > 1 and self.dtype == "bf16" else 0.0
+
+    @property
+    def lp_grad_bytes(self) -> float:
+        """Bytes per parameter of the low-precision gradients kept beside the
+        :attr:`grad_bytes` buffer by the accumulation pass (bf16, 2 B), else 0."""
+        return 2.0 if self.grad_accum_pass_bytes else 0.0
 
     @property
     def expert_tp(self) -> int:

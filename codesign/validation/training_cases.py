@@ -826,9 +826,11 @@ def _framework_settings(fw: str, tp: int, sp: bool, gpu: GpuSpec, dtype: str,
     communication with GEMMs where its userbuffers run: Hopper-class and later GPUs (the
     parts with FP8 tensor cores), not the A100 or older (A800, V100), and not in NVFP4
     training (:data:`NVFP4_TP_OVERLAP_NOTE`); Meta's Llama 3 stack
-    places PP inside DP; torchtitan's selective activation checkpointing is PyTorch's
-    op-level policy (``activation_checkpoint.selective_ac_option = "op"`` in its Llama
-    configs: every second GEMM recomputed)."""
+    places PP inside DP; DeepSpeed's bf16 pipelines accumulate gradients by a pass per
+    micro-batch (:data:`DEEPSPEED_BF16_NOTE`); torchtitan's selective activation
+    checkpointing is PyTorch's op-level policy
+    (``activation_checkpoint.selective_ac_option = "op"`` in its Llama configs: every second
+    GEMM recomputed)."""
     if fw == "torchtitan":
         notes.append("selective recompute, where it applies, is torchtitan's op-level "
                      "checkpointing: every second GEMM and the memory-bound operators re-run")
@@ -842,6 +844,9 @@ def _framework_settings(fw: str, tp: int, sp: bool, gpu: GpuSpec, dtype: str,
             notes.append(NVFP4_TP_OVERLAP_NOTE)
             return {"tp_comm_overlap": False}
         return {"tp_comm_overlap": overlap}
+    if fw == "deepspeed" and dtype == "bf16":
+        notes.append(DEEPSPEED_BF16_NOTE)
+        return {"grad_accum_pass": True}
     if fw == "llama3":
         # "the order of parallelism dimensions, [TP, CP, PP, DP], is optimized for network
         # communication": PP inside DP, so a pipeline stays in one pod and only DP crosses
@@ -858,6 +863,13 @@ def _framework_settings(fw: str, tp: int, sp: bool, gpu: GpuSpec, dtype: str,
 NVFP4_TP_OVERLAP_NOTE = ("TP communication not overlapped with the GEMMs: Megatron-Core's "
                          "userbuffers overlap is incompatible with NVFP4 training (its NVFP4 "
                          "recipes disable it)")
+#: DeepSpeed runs bf16 pipelines through its BF16_Optimizer (bf16 with pipeline parallelism
+#: selects it: ``_do_optimizer_sanity_check`` in ``deepspeed/runtime/engine.py``; before it,
+#: PR #1801 of April 2022, bf16 with pipelines did not run), which accumulates each
+#: micro-batch's gradients by a separate pass (``ParallelismSpec.grad_accum_pass``)
+DEEPSPEED_BF16_NOTE = ("bf16 pipelines: DeepSpeed's BF16_Optimizer zeroes the bf16 gradients "
+                       "before each micro-batch's backward and adds them into fp32 gradients "
+                       "after it (clear_lp_grads / update_hp_grads)")
 #: frameworks whose own sharding a ZeRO-3 row means (FSDP / FSDP2, MaxText's fsdp axis,
 #: Meta's stack): their ZeRO-3 is never DeepSpeed's
 _OWN_SHARDING = ("torchtitan", "mosaicml", "maxtext", "llama3")

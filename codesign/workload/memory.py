@@ -68,7 +68,7 @@ def stage_memory(graph: TrainingGraph, stage: int, dense_n: int, expert_n: int,
     if zero >= 3:
         largest = max((d + e for c in chunks for _, d, e in c.layer_params), default=0.0)
     weights, gradients, optimizer = state_bytes(dense, expert, zero, dense_n, expert_n,
-                                                largest, p.grad_bytes)
+                                                largest, p.grad_bytes, p.lp_grad_bytes)
     # LoRA: the frozen base weights, working copy only (no gradients or optimizer states)
     weights += sum(c.frozen_params for c in chunks) * WEIGHT_BYTES
     saved = {c.chunk: c.saved_bytes for c in chunks}
@@ -92,19 +92,22 @@ def stage_memory(graph: TrainingGraph, stage: int, dense_n: int, expert_n: int,
 
 
 def state_bytes(dense: Any, expert: Any, zero: int, dense_n: int, expert_n: int,
-                largest_layer: Any, grad_bytes: float) -> tuple[Any, Any, Any]:
+                largest_layer: Any, grad_bytes: float,
+                lp_grad_bytes: float = 0.0) -> tuple[Any, Any, Any]:
     """``(weights, gradients, optimizer states)`` bytes of a stage's ranks holding ``dense``
     and ``expert`` parameters, sharded over ``dense_n``/``expert_n`` ranks from ZeRO stage 3 /
     2 / 1 on; under ZeRO-3 two gathered layers (the current one and the prefetched one, the
     largest layer ``largest_layer``) are in flight. Elementwise: the arguments may be numbers
     or numpy arrays (the search prices every stage of a plan in one call). ``grad_bytes``:
-    bytes per gradient (:attr:`~codesign.specs.parallel.ParallelismSpec.grad_bytes`)."""
+    bytes per gradient (:attr:`~codesign.specs.parallel.ParallelismSpec.grad_bytes`);
+    ``lp_grad_bytes``: the unsharded low-precision gradients an accumulation pass keeps beside
+    them (:attr:`~codesign.specs.parallel.ParallelismSpec.lp_grad_bytes`)."""
     shard = dense / dense_n + expert / expert_n
     plain = dense + expert
     weights = (shard if zero >= 3 else plain) * WEIGHT_BYTES
     if zero >= 3:  # gathered layers in flight: the current one and the prefetched one
         weights = weights + 2 * largest_layer * WEIGHT_BYTES
-    gradients = (shard if zero >= 2 else plain) * grad_bytes
+    gradients = (shard if zero >= 2 else plain) * grad_bytes + plain * lp_grad_bytes
     optimizer = (shard if zero >= 1 else plain) * OPT_BYTES_PER_PARAM
     return weights, gradients, optimizer
 

@@ -477,6 +477,11 @@ class ChunkBinder:
             else:
                 frozen += head_params
         bwd = [o for block in reversed(bwd_layers) for o in block]
+        trained = dense_params + expert_params
+        if p.grad_accum_pass_bytes and trained:  # after the backward (DeepSpeed's engine)
+            bwd.append(Op(name="grad_accum_pass", kind="memory", category="backward", layer=-1,
+                          flops=trained, bytes=p.grad_accum_pass_bytes * trained,
+                          backward=True))
         fwd_k = _drop_trivial(fwd, self.sizes)
         bwd_k = _drop_trivial(bwd, self.sizes)
         flops = sum(o.flops for o in fwd_k) + sum(o.flops for o in bwd_k)
