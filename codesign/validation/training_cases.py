@@ -335,8 +335,12 @@ def _interleaving_allowed(framework: str, num_layers: int, pp: int, vpp: int) ->
     Megatron sets interleaving by ``--num-layers-per-virtual-pipeline-stage`` and asserts that
     it divides the layers of a pipeline stage (``num_layers / pp``), so every chunk holds the
     same number of layers; Megatron-LM 2021-22 also asserted ``pp > 2`` for the interleaved
-    schedule (``megatron/arguments.py``). Other frameworks split layers unevenly.
+    schedule (``megatron/arguments.py``). DeepSpeed's pipeline engine has no interleaved
+    schedule (its ``deepspeed/runtime/pipe/schedule.py`` trains by ``TrainSchedule``, 1F1B
+    over one stage per rank). Other frameworks split layers unevenly.
     """
+    if framework == "deepspeed":
+        return vpp == 1
     if framework not in ("megatron-2021", "megatron-core"):
         return True
     if num_layers % pp or (num_layers // pp) % vpp:
@@ -492,7 +496,7 @@ def map_row(row: dict[str, str]) -> MappedCase:
     plan.update(tp=tp, pp=pp, cp=cp, ep=ep)
     if sp is None:
         early = _before_sequence_parallel(row)
-        sp = tp > 1 and fw != "megatron-2021" and not early
+        sp = tp > 1 and fw not in SP_OPT_IN and not early
         notes.append(f"sequence parallel not stated: {'on' if sp else 'off'} "
                      + (SP_ERA_NOTE if early else f"({fw} default)"))
     plan["sequence_parallel"] = sp
@@ -584,10 +588,15 @@ def _searched_case(row: dict[str, str], fw: str, notes: list[str], measurement: 
     elif _before_sequence_parallel(row):
         fixed["sequence_parallel"] = False
         notes.append(f"sequence parallel not stated: off {SP_ERA_NOTE}")
+    elif fw in SP_OPT_IN:
+        fixed["sequence_parallel"] = False
+        notes.append(f"sequence parallel not stated: off ({fw} default)")
     fixed["zero_stage"] = stated["zero"]
     depth, _ = read_interleave(row.get("vpp", ""))
     if depth is not None:
         fixed["vpp"] = depth
+    elif not _interleaving_allowed(fw, 2, 1, 2):  # a framework without interleaving
+        fixed["vpp"] = 1
     mbs = _stated(row, "micro_batch_size")
     if mbs:
         fixed["micro_batch_size"] = mbs
@@ -651,6 +660,11 @@ FLASH_FROM_YEAR = 2023
 #: in May 2022 (arXiv 2205.05198, Megatron-LM 3.0); runs published in 2022 or before trained
 #: without it unless they say so (MT-NLG, OPT, BLOOM)
 SP_FROM_YEAR = 2023
+#: frameworks whose rows leave sequence parallelism off when they do not state it: Megatron-LM
+#: 2019-22 had none, and Megatron-DeepSpeed's ``--sequence-parallel`` is an opt-in flag its
+#: published runs (BLOOM, MT-NLG, GLM-130B) did not set (NeMo / Megatron-Core recipes turn it
+#: on with TP, so those rows default to on)
+SP_OPT_IN = ("megatron-2021", "deepspeed")
 SP_ERA_NOTE = (f"(source dated before sequence parallelism reached the frameworks, "
                f"{SP_FROM_YEAR})")
 
@@ -986,6 +1000,9 @@ def _interleaving_depths(row: dict[str, str], fw: str, num_layers: int, pp: int,
             and _interleaving_allowed(fw, num_layers, pp, v)] or [1]
     if "interleaved" not in text:
         vpps = [1, *[v for v in vpps if v > 1]]
+    if vpps == [1] and not _interleaving_allowed(fw, num_layers, pp, 2):
+        notes.append(f"interleaving depth not given: none ({fw} has no interleaved schedule)")
+        return vpps
     notes.append(f"interleaving depth not given: the fastest of vpp {', '.join(map(str, vpps))}")
     return vpps
 

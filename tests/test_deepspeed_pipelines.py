@@ -1,8 +1,10 @@
-"""DeepSpeed's bf16 pipelines accumulate each micro-batch's gradients by a separate pass
-(``ParallelismSpec.grad_accum_pass``, DeepSpeed's BF16_Optimizer): 20 B of HBM traffic per
-local parameter per micro-batch, the bf16 gradients held beside the fp32 buffer; only with
-pipeline parallelism and bf16; the search estimate prices it as the engine does; validation
-turns it on for a DeepSpeed bf16 row."""
+"""DeepSpeed pipelines as rows describe them. bf16 pipelines accumulate each micro-batch's
+gradients by a separate pass (``ParallelismSpec.grad_accum_pass``, DeepSpeed's
+BF16_Optimizer): 20 B of HBM traffic per local parameter per micro-batch, the bf16 gradients
+held beside the fp32 buffer; only with pipeline parallelism and bf16; the search estimate
+prices it as the engine does; validation turns it on for a DeepSpeed bf16 row. DeepSpeed's
+pipeline engine has no interleaved schedule, and Megatron-DeepSpeed's sequence parallelism is
+opt-in: unstated, neither is used."""
 
 from __future__ import annotations
 
@@ -13,7 +15,11 @@ from estimate_checks import estimates_agree
 
 from codesign.api import build_models, build_run, simulate_run
 from codesign.search.space import SearchSpace
-from codesign.validation.training_cases import DEEPSPEED_BF16_NOTE, iter_cases
+from codesign.validation.training_cases import (
+    DEEPSPEED_BF16_NOTE,
+    _interleaving_allowed,
+    iter_cases,
+)
 from codesign.workload.memory import stage_memory
 from codesign.workload.training import build_training_graph
 
@@ -85,3 +91,30 @@ def test_deepspeed_bf16_row_turns_the_pass_on(tmp_path: Path, precision: str) ->
     assert run.parallel.grad_accum_pass is (precision == "bf16")
     assert (run.parallel.grad_accum_pass_bytes == 20.0) is (precision == "bf16")
     assert (DEEPSPEED_BF16_NOTE in case.assumptions) is (precision == "bf16")
+
+
+def _row(tmp_path: Path, year: int, tp: str, pp: str) -> Path:
+    csv = tmp_path / "rows.csv"
+    csv.write_text(_HEADER + f"D2,Example et al. {year} (Megatron-DeepSpeed),x,GPT-39B,fp16,"
+                   f"48,8192,64,A100-SXM4-80GB,64,{tp},{pp},ZeRO-1,512,,150,run\n")
+    return csv
+
+
+def test_deepspeed_pipelines_are_not_interleaved() -> None:
+    assert _interleaving_allowed("deepspeed", 48, 4, 1)
+    assert not any(_interleaving_allowed("deepspeed", 48, 4, v) for v in range(2, 9))
+    assert _interleaving_allowed("megatron-core", 48, 4, 2)  # Megatron's schedule has it
+
+
+@pytest.mark.parametrize("tp,pp", [("4", "4"), ("", "")])  # stated plan, searched plan
+def test_unstated_deepspeed_row_keeps_one_chunk_and_no_sequence_parallelism(
+        tmp_path: Path, tp: str, pp: str) -> None:
+    # dated 2024: after the sequence-parallel era rule, so the framework default decides
+    (_, case), = iter_cases(_row(tmp_path, 2024, tp, pp))
+    assert not isinstance(case, str), case
+    for group in case.candidates:
+        for run in group:
+            assert run.parallel.vpp == 1
+            assert run.parallel.sequence_parallel is False
+    assert any("sequence parallel not stated: off (deepspeed default)" in a
+               for a in case.assumptions)
