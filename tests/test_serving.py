@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import simpy
 import yaml
+from pydantic import ValidationError
 
 from codesign.cli import main
 from codesign.errors import SpecError
@@ -424,6 +425,16 @@ def test_arrivals_and_lengths_statistics() -> None:
     assert d.max() < 100.0 and len(d) == pytest.approx(400, rel=0.2)
     x = sample_lengths(LognormalLength(mean=500, sigma=0.6), 40_000, rng)
     assert x.mean() == pytest.approx(500, rel=0.02)
+
+
+def test_gamma_arrival_cv_is_bounded() -> None:
+    # cv**2 overflows past ~1e154 (shape 1/cv**2 = 0 divided by zero); the spec bounds cv to
+    # (0, 100], where the gaps stay finite with the requested mean rate's scale
+    with pytest.raises(ValidationError, match="less than or equal to 100"):
+        GammaArrival(rate_rps=4.0, cv=1e308)
+    rng = client_generators(5, 1)[0]
+    t = arrival_times(GammaArrival(rate_rps=4.0, cv=100.0), rng, num_requests=1_000)
+    assert np.isfinite(t).all() and (np.diff(t) >= 0).all()
 
 
 def test_stage_formulas() -> None:

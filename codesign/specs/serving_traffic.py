@@ -165,7 +165,9 @@ class GammaArrival(Spec):
 
     process: Literal["gamma"] = "gamma"
     rate_rps: float = Field(gt=0)
-    cv: float = Field(gt=0)
+    cv: float = Field(gt=0, le=100.0,
+                      description="coefficient of variation of the gaps, (0, 100]: 1 = Poisson, "
+                                  "> 1 bursty (the gamma shape is 1/cv^2)")
 
 
 class TraceArrival(Spec):
