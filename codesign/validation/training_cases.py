@@ -496,7 +496,7 @@ def map_row(row: dict[str, str]) -> MappedCase:
     plan.update(tp=tp, pp=pp, cp=cp, ep=ep)
     if sp is None:
         early = _before_sequence_parallel(row)
-        sp = tp > 1 and fw not in SP_OPT_IN and not early
+        sp = tp > 1 and fw != "megatron-2021" and not early
         notes.append(f"sequence parallel not stated: {'on' if sp else 'off'} "
                      + (SP_ERA_NOTE if early else f"({fw} default)"))
     plan["sequence_parallel"] = sp
@@ -588,9 +588,6 @@ def _searched_case(row: dict[str, str], fw: str, notes: list[str], measurement: 
     elif _before_sequence_parallel(row):
         fixed["sequence_parallel"] = False
         notes.append(f"sequence parallel not stated: off {SP_ERA_NOTE}")
-    elif fw in SP_OPT_IN:
-        fixed["sequence_parallel"] = False
-        notes.append(f"sequence parallel not stated: off ({fw} default)")
     fixed["zero_stage"] = stated["zero"]
     depth, _ = read_interleave(row.get("vpp", ""))
     if depth is not None:
@@ -660,11 +657,6 @@ FLASH_FROM_YEAR = 2023
 #: in May 2022 (arXiv 2205.05198, Megatron-LM 3.0); runs published in 2022 or before trained
 #: without it unless they say so (MT-NLG, OPT, BLOOM)
 SP_FROM_YEAR = 2023
-#: frameworks whose rows leave sequence parallelism off when they do not state it: Megatron-LM
-#: 2019-22 had none, and Megatron-DeepSpeed's ``--sequence-parallel`` is an opt-in flag its
-#: published runs (BLOOM, MT-NLG, GLM-130B) did not set (NeMo / Megatron-Core recipes turn it
-#: on with TP, so those rows default to on)
-SP_OPT_IN = ("megatron-2021", "deepspeed")
 SP_ERA_NOTE = (f"(source dated before sequence parallelism reached the frameworks, "
                f"{SP_FROM_YEAR})")
 
