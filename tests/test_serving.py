@@ -427,7 +427,7 @@ def test_arrivals_and_lengths_statistics() -> None:
     assert x.mean() == pytest.approx(500, rel=0.02)
 
 
-def test_gamma_arrival_cv_is_bounded() -> None:
+def test_arrival_rate_and_cv_are_bounded() -> None:
     # cv**2 overflows past ~1e154 (shape 1/cv**2 = 0 divided by zero); the spec bounds cv to
     # (0, 100], where the gaps stay finite with the requested mean rate's scale
     with pytest.raises(ValidationError, match="less than or equal to 100"):
@@ -435,6 +435,10 @@ def test_gamma_arrival_cv_is_bounded() -> None:
     rng = client_generators(5, 1)[0]
     t = arrival_times(GammaArrival(rate_rps=4.0, cv=100.0), rng, num_requests=1_000)
     assert np.isfinite(t).all() and (np.diff(t) >= 0).all()
+    # a subnormal rate made every arrival time infinite (NaN latencies): rates are bounded
+    for rate in (1e-320, 1e12):
+        with pytest.raises(ValidationError, match="rate_rps"):
+            PoissonArrival(rate_rps=rate)
 
 
 def test_stage_formulas() -> None:
