@@ -501,6 +501,9 @@ def test_timeline_has_engine_and_request_tracks(tmp_path: Path) -> None:
     ({"engines": [engine(scheduler={"name": "disaggregated", "decode_engine": "x"})]},
      "decode_engine: unknown engine 'x'"),
     ({"bogus": 1}, "bogus: unknown field"),
+    # every replica is its own step loop: a 1e15-device engine hung building them
+    ({"engines": [engine(count=10**15)]},
+     "engines.0.count: Input should be less than or equal to 16384"),
 ])
 def test_bad_spec_one_line(patch: dict[str, Any], needle: str) -> None:
     data = yaml.safe_load(BASE_YAML)

@@ -310,12 +310,20 @@ SchedulerSpec = Annotated[
 # --- engines, CPU pools (memory tiers: codesign.specs.tiers) --------------------------------
 
 
+#: devices one serving engine may hold: each replica runs its own step loop in the serving
+#: simulation (about 0.2 ms and 28 kB to build per replica), so the bound keeps a spec's build
+#: within seconds (65,536 one-GPU replicas took 12 s and 1.8 GB); a 1e15-device engine hung
+MAX_ENGINE_DEVICES = 16_384
+
+
 class EngineSpec(Spec):
     """A group of devices running one or more models, each replica with its own step loop."""
 
     name: str = Field(min_length=1)
     device: str | GpuSpec = Field(description="catalog GPU/accelerator name, path, or inline")
-    count: int = Field(ge=1, description="devices in the engine")
+    count: int = Field(ge=1, le=MAX_ENGINE_DEVICES,
+                       description="devices in the engine, at most 16,384 (every replica is "
+                                   "simulated as its own step loop)")
     topology: str | TopologySpec | None = Field(
         default=None,
         description="catalog topology (name, path or inline) for TP/EP/PP traffic; None = "
