@@ -329,6 +329,10 @@ def topology_of(row: dict[str, str], gpu_default: str, notes: list[str]) -> str:
     return gpu_default
 
 
+#: frameworks whose pipeline schedule has no interleaving (DeepSpeed's pipeline engine)
+NON_INTERLEAVED = ("deepspeed",)
+
+
 def _interleaving_allowed(framework: str, num_layers: int, pp: int, vpp: int) -> bool:
     """Whether ``framework`` can run ``vpp`` model chunks per pipeline rank.
 
@@ -339,7 +343,7 @@ def _interleaving_allowed(framework: str, num_layers: int, pp: int, vpp: int) ->
     schedule (its ``deepspeed/runtime/pipe/schedule.py`` trains by ``TrainSchedule``, 1F1B
     over one stage per rank). Other frameworks split layers unevenly.
     """
-    if framework == "deepspeed":
+    if framework in NON_INTERLEAVED:
         return vpp == 1
     if framework not in ("megatron-2021", "megatron-core"):
         return True
@@ -592,7 +596,7 @@ def _searched_case(row: dict[str, str], fw: str, notes: list[str], measurement: 
     depth, _ = read_interleave(row.get("vpp", ""))
     if depth is not None:
         fixed["vpp"] = depth
-    elif not _interleaving_allowed(fw, 2, 1, 2):  # a framework without interleaving
+    elif fw in NON_INTERLEAVED:
         fixed["vpp"] = 1
     mbs = _stated(row, "micro_batch_size")
     if mbs:
@@ -988,13 +992,13 @@ def _interleaving_depths(row: dict[str, str], fw: str, num_layers: int, pp: int,
         return [given]
     if not (pp > 1 and ("interleaved" in text or not text or "not stated" in text)):
         return [1]
+    if fw in NON_INTERLEAVED:
+        notes.append(f"interleaving depth not given: none ({fw} has no interleaved schedule)")
+        return [1]
     vpps = [v for v in range(2, 9) if num_layers >= pp * v and n_mb % pp == 0
             and _interleaving_allowed(fw, num_layers, pp, v)] or [1]
     if "interleaved" not in text:
         vpps = [1, *[v for v in vpps if v > 1]]
-    if vpps == [1] and not _interleaving_allowed(fw, num_layers, pp, 2):
-        notes.append(f"interleaving depth not given: none ({fw} has no interleaved schedule)")
-        return vpps
     notes.append(f"interleaving depth not given: the fastest of vpp {', '.join(map(str, vpps))}")
     return vpps
 
