@@ -52,7 +52,6 @@ def adam_bytes_per_param(grad_bytes: float) -> float:
     return 24.0 + grad_bytes + 2.0
 
 
-
 @dataclass(frozen=True)
 class ChunkGraph:
     """Bound operators of one virtual pipeline stage for one micro-batch on one rank."""
