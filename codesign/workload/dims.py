@@ -180,6 +180,7 @@ def layer_structure(run: TrainingRun, kind: str) -> LayerStructure:
         tp_overlap=p.tp_comm_overlap,
         eager=p.pointwise_kernels == "eager",
         rmsnorm=m.norm == "rmsnorm",
+        rotary=m.position_embedding == "rope",
         parallel=m.parallel_block,
         parallel_two_norms=m.parallel_block_norms == 2,
         # training frameworks with parallel blocks sum both branches before one TP reduction

@@ -126,6 +126,11 @@ class LayerStructure:
     parallel_two_norms: bool = False
     #: ... with the two branches' tensor-parallel reductions merged into one
     parallel_merged_tp: bool = False
+    #: rotary position embedding: a ``rope`` kernel rotates Q and K before attention (MLA
+    #: always ropes its decoupled dimensions). Training binds it from the model's
+    #: ``position_embedding``; inference keeps the default, whose ``rope`` operator also
+    #: prices the KV-cache append (:mod:`codesign.workload.inference`)
+    rotary: bool = True
     #: ``transformer`` = attention + MLP; hybrid blocks: ``mamba``, ``attention``, ``mlp``
     #: (the MLP or, with ``moe``, the MoE block alone)
     block: str = "transformer"
@@ -215,6 +220,10 @@ def attention_block(st: LayerStructure) -> list[OpTemplate]:
     rope_bytes = 2 * (q_bytes + local_kv)
     if st.eager and not st.mla:  # upcast, rotate, downcast Q and K (module docstring)
         rope_bytes = T * (a_t + g_t) * d * (2 * e + 4 * F32)
+    if not (st.rotary or st.mla):
+        # no rotation kernel (learned, ALiBi or no position embedding): the operator keeps
+        # only the Q, K, V it saves, and the step drops it as doing nothing
+        rope_bytes = 0
     ops.append(memory("rope", rope_bytes, saved=q_bytes + local_kv, fused=0))
     ops.append(comm("cp_kv_gather", "all_gather", "reduce_scatter", "cp", kv_size,
                     overlap="next"))
