@@ -223,7 +223,7 @@ def attention_block(st: LayerStructure) -> list[OpTemplate]:
     if not (st.rotary or st.mla):
         # no rotation kernel (learned, ALiBi or no position embedding): the operator keeps
         # only the Q, K, V it saves, and the step drops it as doing nothing
-        rope_bytes = 0
+        rope_bytes = lift(0)
     ops.append(memory("rope", rope_bytes, saved=q_bytes + local_kv, fused=0))
     ops.append(comm("cp_kv_gather", "all_gather", "reduce_scatter", "cp", kv_size,
                     overlap="next"))
