@@ -32,8 +32,8 @@ def _run(position: str) -> TrainingRun:
 def test_no_rotation_kernel_without_rotary_embeddings(position: str) -> None:
     binder = ChunkBinder(_run(position))
     fwd, _, saved = binder.layer_ops("dense")
-    rope = {op.name: op.bytes for op in fwd}
-    assert rope["rope"] == 0
+    nbytes = {op.name: op.bytes for op in fwd}
+    assert nbytes["rope"] == 0
     _, _, rotary_saved = ChunkBinder(_run("rope")).layer_ops("dense")
     assert saved == rotary_saved  # Q, K, V are still saved for the attention backward
     graph_ops = {op.name for ch in _chunk_ops(position) for op in ch}
