@@ -59,8 +59,7 @@ def test_step_time_drops_three_rope_passes_per_layer() -> None:
     (2x the bytes) in every layer, each at the GPU's achieved HBM bandwidth plus one
     kernel's fixed cost per pass."""
     rotary, plain = simulate_run(_run("rope")), simulate_run(_run("none"))
-    _, comp, _ = build_models(_run("rope"))
-    gpu = comp.gpu
+    gpu = _run("rope").gpu
     stream = gpu.hbm_bytes_per_s * gpu.efficiency.memory_bound
     per_layer = 3 * ROPE_BYTES / stream + 2 * gpu.efficiency.kernel_overhead_us * 1e-6
     layers = _model("rope").num_layers

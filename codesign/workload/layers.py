@@ -217,13 +217,14 @@ def attention_block(st: LayerStructure) -> list[OpTemplate]:
     # Q, K, V as attention reads them (after RoPE) are saved for backward, also under
     # selective recompute, which recomputes only the attention core from them.
     local_kv = kv_bytes * T / (b * S)
-    rope_bytes = 2 * (q_bytes + local_kv)
-    if st.eager and not st.mla:  # upcast, rotate, downcast Q and K (module docstring)
-        rope_bytes = T * (a_t + g_t) * d * (2 * e + 4 * F32)
     if not (st.rotary or st.mla):
         # no rotation kernel (learned, ALiBi or no position embedding): the operator keeps
         # only the Q, K, V it saves, and the step drops it as doing nothing
         rope_bytes = lift(0)
+    elif st.eager and not st.mla:  # upcast, rotate, downcast Q and K (module docstring)
+        rope_bytes = T * (a_t + g_t) * d * (2 * e + 4 * F32)
+    else:
+        rope_bytes = 2 * (q_bytes + local_kv)
     ops.append(memory("rope", rope_bytes, saved=q_bytes + local_kv, fused=0))
     ops.append(comm("cp_kv_gather", "all_gather", "reduce_scatter", "cp", kv_size,
                     overlap="next"))
