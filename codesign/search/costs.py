@@ -90,6 +90,8 @@ class LayerCosts:
     params: dict[str, tuple[float, float]]  # (dense, expert) per layer
     emb_params: float
     head_params: float
+    #: expert parameters beside the head: the MTP blocks' routed experts
+    head_expert_params: float = 0.0
 
 
 def phase_ops(ch: ChunkGraph, phases: tuple[str, ...]) -> dict[str, tuple[Op, ...]]:
@@ -164,7 +166,7 @@ def time_layers(sample: TrainingRun, kinds: tuple[str, ...], net: NetworkModel,
         head_saved=h_ch.saved_bytes - saved[kl], payload=payload,
         emb_payload=e_ch.comm_peak_bytes, head_payload=h_ch.comm_peak_bytes,
         params=params, emb_params=e_ch.layer_params[0][1],
-        head_params=h_ch.layer_params[-1][1])
+        head_params=h_ch.layer_params[-1][1], head_expert_params=h_ch.layer_params[-1][2])
 
 
 def _pieces(lc: LayerCosts, ph: str, sig: Signature) -> list[tuple[int, PassCost]]:
@@ -335,7 +337,7 @@ def bucket_entries(lc: LayerCosts, sig: Signature) -> list[tuple[int, float, flo
         d, e = lc.params[k]
         out.append((i, d, e))
     if last:
-        out.append((-1, lc.head_params, 0.0))
+        out.append((-1, lc.head_params, lc.head_expert_params))
     return out
 
 

@@ -197,7 +197,8 @@ class Estimator:
         out = self._assign.get(nv)
         if out is None:
             out = []
-            for layers in layer_assignment(self.model.num_layers, nv):
+            for layers in layer_assignment(self.model.num_layers, nv,
+                                           self.model.mtp_blocks):
                 counts = dict.fromkeys(sorted(set(self.kinds)), 0)
                 for i in layers:
                     counts[self.kinds[i]] += 1

@@ -57,7 +57,7 @@ def plan_memory(lc: LayerCosts, asg: Assignment, zero: int, dense_n: int, expert
 
     dense = summed({k: p[0] for k, p in par.items()}) + first_a * lc.emb_params \
         + last_a * lc.head_params
-    expert = summed({k: p[1] for k, p in par.items()})
+    expert = summed({k: p[1] for k, p in par.items()}) + last_a * lc.head_expert_params
     saved = summed(lc.saved) + first_a * lc.emb_saved + last_a * lc.head_saved
     payload = largest_of(lc.payload)
     payload = np.maximum(payload, np.maximum(first_a * lc.emb_payload,
@@ -70,7 +70,8 @@ def plan_memory(lc: LayerCosts, asg: Assignment, zero: int, dense_n: int, expert
             payload = np.maximum(payload, largest_of({k: p[1] for k, p in par.items()}) * 2.0)
         largest = np.maximum(largest_of({k: p[0] + p[1] for k, p in par.items()}),
                              np.maximum(first_a * lc.emb_params,
-                                        last_a * lc.head_params)).max(axis=1)
+                                        last_a * (lc.head_params + lc.head_expert_params))
+                             ).max(axis=1)
     dense_s, expert_s = dense.sum(axis=1), expert.sum(axis=1)
     weights, gradients, optimizer = state_bytes(dense_s, expert_s, zero, dense_n, expert_n,
                                                 largest, grad_bytes, lp_grad_bytes)

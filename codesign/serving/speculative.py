@@ -58,7 +58,8 @@ _CARRY_EPS = 1e-9
 def mtp_module_model(model: ModelSpec) -> ModelSpec:
     """The target's MTP module as a one-layer model (an MoE layer for an MoE target: the
     DeepSeek-V3 MTP block is an MoE block, so the leading dense layers do not apply)."""
-    update: dict[str, Any] = {"num_layers": 1, "name": f"{model.name}-mtp"}
+    update: dict[str, Any] = {"num_layers": 1, "name": f"{model.name}-mtp",
+                              "mtp_num_layers": 0, "mtp_block_pattern": None}
     if model.moe is not None:
         update["moe"] = model.moe.model_copy(update={"first_dense_layers": 0})
     return model.model_copy(update=update)

@@ -10,7 +10,8 @@ What a ``ModelSpec`` cannot express is approximated and said here: Qwen3's per-h
 Qwen2-MoE's shared-expert gate (one ``h``-vector per layer), gpt-oss attention sinks (one
 scalar per head) and DeepSeek-V3's router score-correction bias are left out, and Qwen2's
 bias-free ``o_proj`` is counted with a bias (each well under 0.01% of the parameters);
-DeepSeek's multi-token-prediction module is not part of the model. Nemotron-H's
+DeepSeek's multi-token-prediction modules (``num_nextn_predict_layers``) become
+``mtp_num_layers``, which training prices and serving leaves out. Nemotron-H's
 squared-ReLU MLP is a plain (two-matrix) MLP; a latent MoE (``moe_latent_size``) is refused.
 The default sequence length is ``min(max_position_embeddings, 8192)``. Sliding-window
 attention is read for Mistral, Mixtral and gpt-oss (``sliding_window``, ``layer_types``).
@@ -345,6 +346,8 @@ def model_from_hf_config(config: dict[str, Any], name: str, origin: str = "") ->
         "sources": {"architecture": f"Hugging Face config.json ({origin or 'dict'}), "
                                     f"model_type {model_type}"},
     }
+    if model_type in ("deepseek_v2", "deepseek_v3"):
+        data["mtp_num_layers"] = r.get("num_nextn_predict_layers", 0, minimum=0)
     max_pos = r.opt("max_position_embeddings")
     if max_pos is not None:
         data["seq_len"] = min(max_pos, MAX_DEFAULT_SEQ_LEN)

@@ -13,6 +13,9 @@ from codesign.specs.base import Spec
 #: 10^6): a value past them is a typo or a fuzzed input, refused before it allocates anything
 MAX_LAYERS = 100_000
 MAX_WIDTH = 100_000_000
+#: multi-token-prediction depths beyond any published recipe (DeepSeek-V3 trains 1,
+#: Nemotron 3 Super 2)
+MAX_MTP_DEPTHS = 64
 
 class MLASpec(Spec):
     """Multi-head latent attention (DeepSeek-V2/V3): low-rank compressed queries and KV."""
@@ -183,7 +186,25 @@ class ModelSpec(Spec):
         description="one block per layer: M = Mamba-2 mixer, * = attention, - = dense MLP, "
                     "E = MoE MLP, each with its own pre-norm (Megatron-Core / Nemotron-H "
                     "hybrid_override_pattern); None = every layer is attention + MLP")
-    published_params_B: float | None = Field(default=None, description="total, billions")
+    mtp_num_layers: int = Field(
+        default=0, ge=0, le=MAX_MTP_DEPTHS,
+        description="multi-token-prediction depths trained with the model (DeepSeek-V3 "
+                    "report Sec. 2.2; Megatron-Core mtp_num_layers): depth k predicts token "
+                    "i+k+1 from depth k-1's hidden states through its own two norms, a "
+                    "2h -> h projection, one block (mtp_block_pattern) and the shared LM head "
+                    "with its loss, on the last pipeline stage. 0 = none. Training only: "
+                    "serving runs the main model (MTP drafting: serving's speculative spec)")
+    mtp_block_pattern: str | None = Field(
+        default=None, pattern=r"^[M*\-E]+$", max_length=MAX_MTP_DEPTHS,
+        description="hybrid models: the blocks of one MTP depth in hybrid_override_pattern "
+                    "symbols (Megatron-Core mtp_hybrid_override_pattern; Nemotron 3 Super: "
+                    "'*E', attention then MoE); None = one layer like the model's last")
+    mtp_shared_weights: bool = Field(
+        default=False,
+        description="every MTP depth runs one shared set of MTP weights (Megatron-Core "
+                    "mtp_use_repeated_layer): parameters held once, computed per depth")
+    published_params_B: float | None = Field(
+        default=None, description="total, billions (the main model: MTP modules not counted)")
     sources: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -206,6 +227,18 @@ class ModelSpec(Spec):
             raise ValueError("mamba needs a hybrid_override_pattern saying where its blocks go")
         if self.full_attention_interval is not None and self.sliding_window is None:
             raise ValueError("full_attention_interval needs a sliding_window")
+        mtp = self.mtp_block_pattern
+        if mtp is not None:
+            if self.mtp_num_layers == 0:
+                raise ValueError("mtp_block_pattern needs mtp_num_layers >= 1")
+            if pattern is None:
+                raise ValueError("mtp_block_pattern is for hybrid models (set "
+                                 "hybrid_override_pattern); a transformer's MTP block is "
+                                 "one layer like its last")
+            if "M" in mtp and self.mamba is None:
+                raise ValueError("mtp_block_pattern has Mamba blocks (M) but no mamba")
+            if "E" in mtp and self.moe is None:
+                raise ValueError("mtp_block_pattern has MoE blocks (E) but no moe")
         return self
 
     @property
@@ -286,6 +319,23 @@ class ModelSpec(Spec):
         if self.moe is not None and self.moe.latent_size is not None:
             return self.moe.latent_size
         return self.hidden_size
+
+    @property
+    def mtp_kinds(self) -> tuple[str, ...]:
+        """Layer kinds (:meth:`layer_kind`) of the blocks of one MTP depth: those of
+        :attr:`mtp_block_pattern`, else the kind of the last layer (Megatron-Core builds the
+        MTP layer from the decoder's last layer spec: an MoE layer in DeepSeek-V3); empty
+        without MTP."""
+        if not self.mtp_num_layers:
+            return ()
+        if self.mtp_block_pattern is not None:
+            return tuple(HYBRID_SYMBOLS[c] for c in self.mtp_block_pattern)
+        return (self.layer_kind(self.num_layers - 1),)
+
+    @property
+    def mtp_blocks(self) -> int:
+        """Blocks the MTP depths run in all (:attr:`mtp_kinds` per depth)."""
+        return self.mtp_num_layers * len(self.mtp_kinds)
 
     def is_moe_layer(self, layer: int) -> bool:
         """Whether layer ``layer`` (0-based) has an MoE MLP."""

@@ -492,6 +492,34 @@ def read_sliding_window(text: str) -> int | None:
     return None
 
 
+#: multi-token prediction named: "MTP", "multi-token prediction", "mtp_num_layers",
+#: "nextn" (Hugging Face num_nextn_predict_layers)
+_MTP = re.compile(r"\bmtp(?:_num_layers|_depths?)?\b|multi[- ]token[- ]prediction"
+                  r"|nextn_predict_layers|\bnextn\b")
+#: turned off: "no MTP", "without multi-token prediction", "MTP disabled / off / none"
+_MTP_OFF = re.compile(r"(?:\bno|without|w/o|disabled?|drops?)\s+(?:the\s+)?(?:mtp|multi[- ]token)"
+                      r"|(?:mtp|prediction)(?:_num_layers)?\s*(?:[:=]\s*)?"
+                      r"(?:off|disabled|none|0)\b")
+_MTP_DEPTH = re.compile(r"(?:depths?|layers?|modules?|heads?)?\s*(?:[:=(]|of)?\s*(\d{1,2})\b"
+                        r"(?!\s*(?:%|b\b|gpus?|nodes?|k\b))")
+
+
+def read_mtp(text: str) -> int | None:
+    """Multi-token-prediction depths a row's prose states
+    (:attr:`~codesign.specs.model.ModelSpec.mtp_num_layers`): 0 when turned off ("no MTP",
+    "mtp_num_layers=0"), the first number of at most two digits within 30 characters after
+    it is named ("MTP=2", "MTP depth 1", "mtp_num_layers: 1"), 1 when named without one
+    ("trained with multi-token prediction": DeepSeek-V3's depth); ``None`` when not named."""
+    low = text.lower()
+    m = _MTP.search(low)
+    if m is None:
+        return None
+    if _MTP_OFF.search(low):
+        return 0
+    n = _MTP_DEPTH.match(low[m.end():m.end() + 30].split(";")[0])
+    return int(n.group(1)) if n else 1
+
+
 def read_switch(text: str) -> bool | None:
     """yes/no/on/off/true/false/enabled/disabled (possibly followed by details); ``None``
     for an empty or "not stated" cell."""

@@ -63,6 +63,7 @@ from codesign.validation.prose import (
     read_global_batch,
     read_grad_reduce_in_fp32,
     read_interleave,
+    read_mtp,
     read_nic_gbps,
     read_number,
     read_other_metric,
@@ -241,14 +242,22 @@ def model_of(row: dict[str, str], framework: str, notes: list[str]) -> ModelSpec
 
 
 def _stated_attention(model: ModelSpec, text: str, notes: list[str]) -> ModelSpec:
-    """``model`` with the block layout (:func:`~codesign.validation.prose.read_block_layout`)
-    and sliding window (:func:`~codesign.validation.prose.read_sliding_window`) the prose
-    states, each noted where it changes the model."""
+    """``model`` with the block layout (:func:`~codesign.validation.prose.read_block_layout`),
+    multi-token-prediction depths (:func:`~codesign.validation.prose.read_mtp`) and sliding
+    window (:func:`~codesign.validation.prose.read_sliding_window`) the prose states, each
+    noted where it changes the model."""
     update: dict[str, object] = {}
     layout = read_block_layout(text)
     if layout is not None and (layout == "parallel") != model.parallel_block:
         update["parallel_block"] = layout == "parallel"
         notes.append(f"block layout stated: {layout} attention and MLP")
+    mtp = read_mtp(text)
+    if mtp is not None and mtp != model.mtp_num_layers:
+        update["mtp_num_layers"] = mtp
+        if not mtp:
+            update["mtp_block_pattern"] = None
+        notes.append(f"multi-token prediction stated: {mtp} depth(s)" if mtp else
+                     "multi-token prediction stated off")
     window = read_sliding_window(text)
     if window is not None and window != model.sliding_window:
         update["sliding_window"] = window

@@ -250,7 +250,8 @@ def bind_dims(run: TrainingRun, unsharded: bool = False) -> dict[str, float]:
         # Transformer Engine's FP8 autocast quantizes inside its GEMM modules (the experts'
         # GroupedLinear), after Megatron-Core's all-to-all token dispatcher has moved the
         # BF16 hidden states (megatron/core/transformer/moe/token_dispatcher.py)
-        "h": m.hidden_size, "hx": float(m.moe_token_width), "e": 2.0, "eg": e_gemm,
+        "h": m.hidden_size, "h_t": m.hidden_size / tp, "hx": float(m.moe_token_width),
+        "e": 2.0, "eg": e_gemm,
         "tok_e": 2.0, "ew": e_gemm, "ekv": 2.0,
         "a_t": m.num_heads / tp, "g_t": max(m.kv_heads / tp, 1.0), "d": m.dim_per_head,
         "f_t": m.ffn_hidden_size / tp, "gm": 2.0 if m.mlp == "gated" else 1.0,

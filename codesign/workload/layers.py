@@ -7,7 +7,8 @@ Dimension names bound by :func:`codesign.workload.dims.bind_dims` (per rank, per
 ``Tsp``     tokens in sequence-parallel regions: ``T / tp`` with SP, else ``T``
 ``S``       key/value sequence length seen by attention (full sequence, CP gathers keys)
 ``b``       micro-batch size (sequences)
-``h``       hidden size;  ``e`` activation bytes/element (2);  ``eg`` GEMM input bytes
+``h``       hidden size (``h_t``: per TP rank);  ``e`` activation bytes/element (2);
+            ``eg`` GEMM input bytes
 ``ew``      GEMM weight bytes/element (training: ``eg``);  ``ekv`` K/V bytes/element as
             attention reads them (training: ``e``; inference: the KV-cache dtype)
 ``a_t``     query heads per TP rank;  ``g_t`` KV heads per TP rank (≥ 1);  ``d`` head dim
@@ -77,6 +78,7 @@ a_t, g_t, d, f_t, gm, V_t = syms("a_t g_t d f_t gm V_t")
 ql, kvl, dn, dr, dv = syms("ql kvl dn dr dv")
 E, E_l, k, fe_t, Tx, Td, fs_t, etp = syms("E E_l k fe_t Tx Td fs_t etp")
 hx = Sym("hx")  # routed experts' token width (LatentMoE latent size, else h)
+h_t = Sym("h_t")  # hidden size per TP rank
 ew, ekv = syms("ew ekv")  # bytes per weight element; per cached K/V element
 #: executed fraction of causal attention under the model's sliding windows (1: none)
 aw = Sym("aw")
@@ -460,4 +462,29 @@ def head_template(st: LayerStructure) -> tuple[OpTemplate, ...]:
         gemm("logits", T, V_t, h, saved=Tsp * h * e, e_in=e, e_out=4),
         memory("cross_entropy", 3 * T * V_t * 4, saved=T * V_t * 4),
         comm("loss_tp_reduce", "all_reduce", None, "tp", 3 * T * 4),
+    )
+
+
+@lru_cache(maxsize=16)
+def mtp_template(st: LayerStructure) -> tuple[OpTemplate, ...]:
+    """What one multi-token-prediction depth runs before its block (DeepSeek-V3 report,
+    arXiv 2412.19437, Sec. 2.2; Megatron-Core ``MultiTokenPredictionLayer``,
+    megatron/core/transformer/multi_token_prediction.py): the embedding of the tokens shifted
+    by the depth (the main model's vocabulary-parallel lookup again), ``enorm`` of those
+    embeddings and ``hnorm`` of the previous depth's hidden states, their concatenation, and
+    ``eh_proj``, a column-parallel ``2h -> h`` linear without bias whose input is all-gathered
+    under sequence parallelism (Megatron's *f* without). Its ``h/tp`` outputs are all-gathered
+    over TP (``gather_from_tensor_model_parallel_region``, whose backward only splits) and,
+    under SP, split back to the sequence-parallel region (``scatter_to_sequence_parallel_
+    region``: a split forward, an all-gather backward). After it: the block, then the depth's
+    final norm, logits and loss (:func:`head_template`)."""
+    return (
+        memory("mtp_embedding", 2 * T * h * e, saved=T * 8),
+        *embedding_template(st)[1:],
+        _norm("mtp_enorm", st, Tsp * h),
+        _norm("mtp_hnorm", st, Tsp * h),
+        _tp_in("mtp_proj_tp_in", st, 2 * T * h * e),
+        gemm("mtp_eh_proj", T, h_t, 2 * h, saved=2 * Tsp * h * e, e_in=eg, e_out=e, e_w=ew),
+        comm("mtp_proj_gather", "all_gather", "all_gather" if st.sp else None, "tp",
+             T * h * e),
     )

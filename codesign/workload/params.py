@@ -208,14 +208,43 @@ def layer_params(model: ModelSpec, layer_index: int) -> int:
     """All parameters of layer ``layer_index`` (0-based) with its norms: attention, MLP and two
     norms for a transformer layer; for a hybrid block its mixer, attention or MLP and its one
     pre-norm."""
-    kind = model.layer_kind(layer_index)
+    return kind_params(model, model.layer_kind(layer_index))
+
+
+def kind_params(model: ModelSpec, kind: str) -> int:
+    """All parameters of one layer of ``kind`` (:meth:`ModelSpec.layer_kind`) with its norms
+    (see :func:`layer_params`)."""
+    moe = model.moe
+    if kind in ("moe", "moe_mlp") and moe is not None:
+        mlp = (moe.num_experts * routed_expert_params(model) + shared_expert_params(model)
+               + router_params(model))
+    else:
+        mlp = dense_mlp_params(model)
     if kind in ("dense", "moe"):
-        return (attention_params_per_layer(model) + mlp_params_per_layer(model, layer_index)
-                + 2 * norm_params(model))
+        return attention_params_per_layer(model) + mlp + 2 * norm_params(model)
     body = {"mamba": mamba_params_per_layer, "attention": attention_params_per_layer}
     if kind in body:
         return body[kind](model) + norm_params(model)
-    return mlp_params_per_layer(model, layer_index) + norm_params(model)
+    return mlp + norm_params(model)
+
+
+def mtp_own_params(model: ModelSpec) -> int:
+    """Parameters one MTP depth adds besides its block (DeepSeek-V3 report Sec. 2.2;
+    Megatron-Core ``MultiTokenPredictionLayer``): the embedding norm and the hidden-state norm,
+    the projection ``eh_proj`` (``2h -> h``, no bias) and its final norm. The embedding and
+    the LM head are the main model's."""
+    h = model.hidden_size
+    return 3 * norm_params(model) + 2 * h * h
+
+
+def mtp_params(model: ModelSpec) -> int:
+    """Parameters of the multi-token-prediction modules (0 without MTP): per depth
+    :func:`mtp_own_params` and its block (:attr:`ModelSpec.mtp_kinds`), once for all depths
+    with ``mtp_shared_weights``. DeepSeek-V3: 14B over its 671B main model (README_WEIGHTS.md),
+    11.5B of them unique (its embedding and head are shared)."""
+    depth = mtp_own_params(model) + sum(kind_params(model, k) for k in model.mtp_kinds)
+    copies = min(model.mtp_num_layers, 1) if model.mtp_shared_weights else model.mtp_num_layers
+    return copies * depth
 
 
 def active_mlp_params_per_layer(model: ModelSpec, layer_index: int) -> int:

@@ -37,6 +37,7 @@ from codesign.workload.layers import (
     embedding_template,
     head_template,
     layer_template,
+    mtp_template,
 )
 from codesign.workload.lora import frozen_only, lora_layer
 from codesign.workload.ops import OpTemplate, evaluate, evaluate_optional
@@ -110,9 +111,18 @@ class TrainingGraph:
         return [c for c in self.chunks if c.stage == stage]
 
 
-def layer_assignment(num_layers: int, virtual_stages: int) -> list[tuple[int, ...]]:
+def layer_assignment(num_layers: int, virtual_stages: int,
+                     tail: int = 0) -> list[tuple[int, ...]]:
     """Split layers over virtual stages as evenly as possible; extra layers go to the middle
-    stages, which carry neither the embedding nor the LM head."""
+    stages, which carry neither the embedding nor the LM head. ``tail``: blocks after the
+    last layer that the last stage runs (multi-token prediction), balanced as layers and
+    taken out of the last stage's share: Megatron-Bridge's DeepSeek-V3 layouts give the
+    last stage fewer decoder layers beside its MTP layer and loss
+    (recipes/deepseek/h100/deepseek_v3.py, ``_get_deepseek_v3_pipeline_layout``: PP 16 = 15
+    stages of 4 layers, the last of 1 + MTP)."""
+    if tail:
+        out = layer_assignment(num_layers + tail, virtual_stages)
+        return [tuple(x for x in layers if x < num_layers) for layers in out]
     base, extra = divmod(num_layers, virtual_stages)
     counts = [base] * virtual_stages
     order = sorted(range(virtual_stages), key=lambda v: (abs(v - (virtual_stages - 1) / 2), v))
@@ -353,25 +363,39 @@ class ChunkBinder:
 
     def layer_params(self, layer: int) -> tuple[float, float]:
         """(dense, expert) parameters of one layer held per rank."""
-        m, p = self.run.model, self.run.parallel
-        if m.is_hybrid:
-            return self._block_params(layer)
-        attn_p = self.attn_p
-        if m.moe is not None and m.is_moe_layer(layer):
-            expert = m.moe.num_experts * P.routed_expert_params(m) / (p.ep * p.expert_tp)
-            other = (P.shared_expert_params(m) / p.tp + P.router_params(m))
-            return attn_p / p.tp + other, expert
-        return (attn_p + P.dense_mlp_params(m)) / p.tp, 0.0
+        return self.kind_params(self.run.model.layer_kind(layer))
 
-    def _block_params(self, layer: int) -> tuple[float, float]:
-        """(dense, expert) parameters per rank of one hybrid block with its pre-norm: the
-        Mamba mixer, attention and dense MLP are split over TP, routed experts over EP×ETP."""
+    def kind_params(self, kind: str) -> tuple[float, float]:
+        """(dense, expert) parameters per rank of one layer of ``kind`` with its norms:
+        attention, Mamba mixer, dense MLP and shared experts are split over TP, the router is
+        replicated, routed experts are split over EP×ETP."""
         m, p = self.run.model, self.run.parallel
-        if m.layer_kind(layer) == "moe_mlp" and m.moe is not None:
+        if kind in ("moe", "moe_mlp") and m.moe is not None:
             expert = m.moe.num_experts * P.routed_expert_params(m) / (p.ep * p.expert_tp)
-            shared = P.norm_params(m) + P.shared_expert_params(m)
-            return shared / p.tp + P.router_params(m), expert
-        return P.layer_params(m, layer) / p.tp, 0.0
+            rest = self.attn_p if kind == "moe" else P.norm_params(m)
+            return (rest + P.shared_expert_params(m)) / p.tp + P.router_params(m), expert
+        return P.kind_params(m, kind) / p.tp, 0.0
+
+    def mtp_params(self) -> tuple[float, float]:
+        """(dense, expert) parameters per rank of the model's MTP modules
+        (:func:`codesign.workload.params.mtp_params`): the projection is split over TP."""
+        m = self.run.model
+        copies = min(m.mtp_num_layers, 1) if m.mtp_shared_weights else m.mtp_num_layers
+        dense = P.mtp_own_params(m) / self.run.parallel.tp
+        expert = 0.0
+        for kind in m.mtp_kinds:
+            d, e = self.kind_params(kind)
+            dense, expert = dense + d, expert + e
+        return copies * dense, copies * expert
+
+    def _head(self, fwd: list[Op], bwd_layers: list[list[Op]],
+              temps: Sequence[OpTemplate]) -> None:
+        """Append the final norm, logits and loss (:func:`head_template`) to a chunk."""
+        h_ops = [_bind(t, self.env, -1, self.prec, fp8_scaling=self.scaling) for t in temps]
+        fwd += h_ops
+        h_bwd = [b for o, t in reversed(list(zip(h_ops, temps, strict=True)))
+                 for b in backward_of(o, t)]
+        bwd_layers.append(h_bwd if self.lora is None else frozen_only(h_bwd))
 
     def chunk(self, v: int, layers: tuple[int, ...], first: bool,
               last: bool) -> tuple[ChunkGraph, float]:
@@ -380,7 +404,7 @@ class ChunkBinder:
         run, env, prec = self.run, self.env, self.prec
         m, p = run.model, run.parallel
         dense_grp, expert_grp, zero3 = self.dense_grp, self.expert_grp, self.zero3
-        layer_ops, layer_params = self.layer_ops, self.layer_params
+        layer_ops = self.layer_ops
         fwd: list[Op] = []
         bwd_layers: list[list[Op]] = []
         saved = 0.0
@@ -403,13 +427,14 @@ class ChunkBinder:
                 lparams.append((-1, P.embedding_params(m) / p.tp, 0.0))
             else:
                 frozen += P.embedding_params(m) / p.tp
-        for index, layer in enumerate(layers):
-            kind = m.layer_kind(layer)
-            full = recomputes_layer(p, index)
-            dtype = layer_gemm_dtype(run, layer)
+        def add_layer(layer: int, kind: str, full: bool, dtype: str | None,
+                      record: bool) -> None:
+            """Append one layer (or MTP block: ``layer`` -1, ``record`` False: its
+            parameters are counted with the MTP module's) to the chunk's passes."""
+            nonlocal saved, frozen, dense_params, expert_params
             lf, lb, lsaved = layer_ops(kind, dtype)
             l_fwd = at_layer(lf, layer)
-            dparams, eparams = layer_params(layer)
+            dparams, eparams = self.kind_params(kind)
             temps = _layer_templates(run, kind)
             # op-level checkpointing: which forward operators re-run (counted on the base
             # layer's GEMMs, so LoRA adapters share their base operator's flag)
@@ -418,14 +443,10 @@ class ChunkBinder:
                 origin, adapters = self._lora[(kind, self.prec if dtype is None else dtype)]
                 temps = tuple(temps[j] for j in origin)
                 again = tuple(again[j] for j in origin) if op_level else ()
-                frozen += dparams + eparams
                 dparams, eparams = adapters, 0.0
-            dense_params += dparams
-            expert_params += eparams
-            lparams.append((layer, dparams, eparams))
             pre: list[Op] = []
             post: list[Op] = []
-            if zero3:
+            if zero3 and record:
                 gathers = [Op(name="param_gather", kind="comm", category="forward",
                               layer=layer, comm="all_gather", group=dense_grp,
                               size=dparams * 2.0,
@@ -439,7 +460,13 @@ class ChunkBinder:
                                 category="backward", backward=True, comm="reduce_scatter",
                                 overlap="async" if p.overlap_grad_reduce else "none")
                         for g in gathers]
-            fwd += pre + l_fwd
+            if record:
+                if self.lora is not None:
+                    frozen += sum(self.kind_params(kind))
+                dense_params += dparams
+                expert_params += eparams
+                lparams.append((layer, dparams, eparams))
+            fwd.extend(pre + l_fwd)
             # backward of this layer, in reverse operator order, with recompute
             pre_b = [replace(g, category="backward", backward=True) for g in pre]
             body: list[Op] = []
@@ -460,19 +487,44 @@ class ChunkBinder:
             bwd_layers.append(pre_b + body + post)
             l_saved = self.layer_input_bytes if full else lsaved
             saved += l_saved
-            lsaved_list.append((layer, l_saved))
+            if record:
+                lsaved_list.append((layer, l_saved))
+
+        for index, layer in enumerate(layers):
+            add_layer(layer, m.layer_kind(layer), recomputes_layer(p, index),
+                      layer_gemm_dtype(run, layer), True)
+        head_temps = head_template(layer_structure(run, "dense"))
+        mtp_params = (0.0, 0.0)
+        if last and m.mtp_num_layers:
+            # multi-token prediction (ModelSpec.mtp_num_layers): after the decoder, each
+            # depth's embedding, norms and projection, its block (checkpointed under full
+            # recompute, as Megatron-Core's MultiTokenPredictionLayer does), and its own
+            # final norm, logits and loss through the shared LM head
+            own_temps = mtp_template(layer_structure(run, "dense"))
+            for _ in range(m.mtp_num_layers):
+                own = [_bind(t, env, -1, prec, fp8_scaling=self.scaling) for t in own_temps]
+                fwd += own
+                own_b = [b for o, t in reversed(list(zip(own, own_temps, strict=True)))
+                         for b in backward_of(o, t)]
+                bwd_layers.append(own_b if self.lora is None else frozen_only(own_b))
+                saved += sum(t.saved.evaluate(env) for t in own_temps)
+                for kind in m.mtp_kinds:
+                    add_layer(-1, kind, p.recompute == "full", None, False)
+                self._head(fwd, bwd_layers, head_temps)
+                saved += sum(t.saved.evaluate(env) for t in head_temps)
+            mtp_params = self.mtp_params()
+            if self.lora is not None:
+                frozen += sum(mtp_params)
+                mtp_params = (0.0, 0.0)
         if last:
-            temps = head_template(layer_structure(run, "dense"))
-            h_ops = [_bind(t, env, -1, prec, fp8_scaling=self.scaling) for t in temps]
-            fwd += h_ops
-            h_bwd = [b for o, t in reversed(list(zip(h_ops, temps, strict=True)))
-                     for b in backward_of(o, t)]
-            bwd_layers.append(h_bwd if self.lora is None else frozen_only(h_bwd))
-            saved += sum(t.saved.evaluate(env) for t in temps)
+            self._head(fwd, bwd_layers, head_temps)
+            saved += sum(t.saved.evaluate(env) for t in head_temps)
             head_params = P.output_params(m) / p.tp + P.norm_params(m)
             if self.lora is None:
-                dense_params += head_params
-                lparams.append((-1, head_params, 0.0))
+                # one bucket with the MTP modules' parameters, which live beside the head
+                dense_params += head_params + mtp_params[0]
+                expert_params += mtp_params[1]
+                lparams.append((-1, head_params + mtp_params[0], mtp_params[1]))
             else:
                 frozen += head_params
         bwd = [o for block in reversed(bwd_layers) for o in block]
@@ -533,7 +585,7 @@ def build_training_graph(run: TrainingRun) -> TrainingGraph:
         raise InfeasiblePlan("; ".join(problems))
     m, p = run.model, run.parallel
     n_mb = num_microbatches(run)
-    assignment = layer_assignment(m.num_layers, p.pp * p.vpp)
+    assignment = layer_assignment(m.num_layers, p.pp * p.vpp, m.mtp_blocks)
     chunks, hw_flops = ChunkBinder(run).chunks(assignment)
 
     moe = m.moe
@@ -569,8 +621,9 @@ def model_flops_per_sequence(run: TrainingRun) -> float:
 
 
 def model_flops_per_sequence_fwd(run: TrainingRun, weight_gemms_only: bool = False) -> float:
-    """Forward FLOPs of one sequence, unsharded (GEMMs + attention, full s×s matrix); with
-    ``weight_gemms_only`` only those of GEMMs that have a weight gradient.
+    """Forward FLOPs of one sequence, unsharded (GEMMs + attention, full s×s matrix; with
+    the multi-token-prediction depths the model trains); with ``weight_gemms_only`` only
+    those of GEMMs that have a weight gradient.
 
     Training model FLOPs per sequence are three times this (backward = 2 × forward).
     """
@@ -582,14 +635,19 @@ def model_flops_per_sequence_fwd(run: TrainingRun, weight_gemms_only: bool = Fal
     def counted(t: OpTemplate) -> bool:
         return not weight_gemms_only or (t.kind == "gemm" and t.weight_grad)
 
-    for temps in (embedding_template(st_dense), head_template(st_dense)):
-        total += sum(t.flops.evaluate(env) for t in temps if counted(t))
+    def flops_of(temps: Iterable[OpTemplate]) -> float:
+        return sum(t.flops.evaluate(env) for t in temps if counted(t))
+
+    head = flops_of(head_template(st_dense))
+    total += flops_of(embedding_template(st_dense)) + head
     per_kind: dict[str, float] = {}
-    for layer in range(m.num_layers):
-        kind = m.layer_kind(layer)
+    for kind in [m.layer_kind(x) for x in range(m.num_layers)] + list(m.mtp_kinds) * (
+            m.mtp_num_layers):
         if kind not in per_kind:
-            per_kind[kind] = sum(t.flops.evaluate(env) for t in _layer_templates(run, kind)
-                                 if counted(t))
+            per_kind[kind] = flops_of(_layer_templates(run, kind))
         total += per_kind[kind]
-    return total
+    # each MTP depth's projection and its own logits (Megatron-LM training.py
+    # num_floating_point_operations counts the MTP layers, "MTP norms and proj" and
+    # "(mtp_num_layers + 1)" logits)
+    return total + m.mtp_num_layers * (flops_of(mtp_template(st_dense)) + head)
 
