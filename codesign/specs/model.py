@@ -337,6 +337,12 @@ class ModelSpec(Spec):
         """Blocks the MTP depths run in all (:attr:`mtp_kinds` per depth)."""
         return self.mtp_num_layers * len(self.mtp_kinds)
 
+    @property
+    def mtp_weight_copies(self) -> int:
+        """Sets of MTP weights held: one per depth, or one for all with
+        :attr:`mtp_shared_weights` (0 without MTP)."""
+        return min(self.mtp_num_layers, 1) if self.mtp_shared_weights else self.mtp_num_layers
+
     def is_moe_layer(self, layer: int) -> bool:
         """Whether layer ``layer`` (0-based) has an MoE MLP."""
         if self.hybrid_override_pattern is not None:

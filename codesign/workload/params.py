@@ -243,8 +243,7 @@ def mtp_params(model: ModelSpec) -> int:
     with ``mtp_shared_weights``. DeepSeek-V3: 14B over its 671B main model (README_WEIGHTS.md),
     11.5B of them unique (its embedding and head are shared)."""
     depth = mtp_own_params(model) + sum(kind_params(model, k) for k in model.mtp_kinds)
-    copies = min(model.mtp_num_layers, 1) if model.mtp_shared_weights else model.mtp_num_layers
-    return copies * depth
+    return model.mtp_weight_copies * depth
 
 
 def active_mlp_params_per_layer(model: ModelSpec, layer_index: int) -> int:

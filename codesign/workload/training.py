@@ -380,13 +380,12 @@ class ChunkBinder:
         """(dense, expert) parameters per rank of the model's MTP modules
         (:func:`codesign.workload.params.mtp_params`): the projection is split over TP."""
         m = self.run.model
-        copies = min(m.mtp_num_layers, 1) if m.mtp_shared_weights else m.mtp_num_layers
         dense = P.mtp_own_params(m) / self.run.parallel.tp
         expert = 0.0
         for kind in m.mtp_kinds:
             d, e = self.kind_params(kind)
             dense, expert = dense + d, expert + e
-        return copies * dense, copies * expert
+        return m.mtp_weight_copies * dense, m.mtp_weight_copies * expert
 
     def _head(self, fwd: list[Op], bwd_layers: list[list[Op]],
               temps: Sequence[OpTemplate]) -> None:
