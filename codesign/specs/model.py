@@ -16,6 +16,8 @@ MAX_WIDTH = 100_000_000
 #: multi-token-prediction depths beyond any published recipe (DeepSeek-V3 trains 1,
 #: Nemotron 3 Super 2)
 MAX_MTP_DEPTHS = 64
+#: blocks in hybrid_override_pattern symbols (:data:`HYBRID_SYMBOLS`)
+BLOCK_PATTERN = r"^[M*\-E]+$"
 
 class MLASpec(Spec):
     """Multi-head latent attention (DeepSeek-V2/V3): low-rank compressed queries and KV."""
@@ -182,7 +184,7 @@ class ModelSpec(Spec):
     mamba: MambaSpec | None = Field(
         default=None, description="Mamba-2 mixer of the 'M' blocks of hybrid_override_pattern")
     hybrid_override_pattern: str | None = Field(
-        default=None, pattern=r"^[M*\-E]+$", max_length=MAX_LAYERS,
+        default=None, pattern=BLOCK_PATTERN, max_length=MAX_LAYERS,
         description="one block per layer: M = Mamba-2 mixer, * = attention, - = dense MLP, "
                     "E = MoE MLP, each with its own pre-norm (Megatron-Core / Nemotron-H "
                     "hybrid_override_pattern); None = every layer is attention + MLP")
@@ -195,7 +197,7 @@ class ModelSpec(Spec):
                     "with its loss, on the last pipeline stage. 0 = none. Training only: "
                     "serving runs the main model (MTP drafting: serving's speculative spec)")
     mtp_block_pattern: str | None = Field(
-        default=None, pattern=r"^[M*\-E]+$", max_length=MAX_MTP_DEPTHS,
+        default=None, pattern=BLOCK_PATTERN, max_length=MAX_MTP_DEPTHS,
         description="hybrid models: the blocks of one MTP depth in hybrid_override_pattern "
                     "symbols (Megatron-Core mtp_hybrid_override_pattern; Nemotron 3 Super: "
                     "'*E', attention then MoE); None = one layer like the model's last")
@@ -219,10 +221,7 @@ class ModelSpec(Spec):
             if len(pattern) != self.num_layers:
                 raise ValueError(f"hybrid_override_pattern has {len(pattern)} blocks, "
                                  f"num_layers is {self.num_layers}")
-            if "M" in pattern and self.mamba is None:
-                raise ValueError("hybrid_override_pattern has Mamba blocks (M) but no mamba")
-            if "E" in pattern and self.moe is None:
-                raise ValueError("hybrid_override_pattern has MoE blocks (E) but no moe")
+            self._check_blocks("hybrid_override_pattern", pattern)
         elif self.mamba is not None:
             raise ValueError("mamba needs a hybrid_override_pattern saying where its blocks go")
         if self.full_attention_interval is not None and self.sliding_window is None:
@@ -235,11 +234,15 @@ class ModelSpec(Spec):
                 raise ValueError("mtp_block_pattern is for hybrid models (set "
                                  "hybrid_override_pattern); a transformer's MTP block is "
                                  "one layer like its last")
-            if "M" in mtp and self.mamba is None:
-                raise ValueError("mtp_block_pattern has Mamba blocks (M) but no mamba")
-            if "E" in mtp and self.moe is None:
-                raise ValueError("mtp_block_pattern has MoE blocks (E) but no moe")
+            self._check_blocks("mtp_block_pattern", mtp)
         return self
+
+    def _check_blocks(self, field: str, pattern: str) -> None:
+        """Mamba (M) and MoE (E) blocks of ``pattern`` need their specs."""
+        if "M" in pattern and self.mamba is None:
+            raise ValueError(f"{field} has Mamba blocks (M) but no mamba")
+        if "E" in pattern and self.moe is None:
+            raise ValueError(f"{field} has MoE blocks (E) but no moe")
 
     @property
     def kv_heads(self) -> int:
