@@ -236,12 +236,12 @@ GATED_FAMILIES = ("llama", "qwen", "mixtral", "mistral", "oss", "deepseek")
 
 def model_of(row: dict[str, str], framework: str, notes: list[str]) -> ModelSpec:
     """The catalog model when one matches the row's name and shape, else one built from the
-    row's architecture columns; a block layout or sliding window the row's prose states
-    (:func:`_stated_attention`) overrides either."""
-    return _stated_attention(_model_of(row, framework, notes), _prose(row), notes)
+    row's architecture columns; a block layout, MTP depth or sliding window the row's prose states
+    (:func:`_stated_architecture`) overrides either."""
+    return _stated_architecture(_model_of(row, framework, notes), _prose(row), notes)
 
 
-def _stated_attention(model: ModelSpec, text: str, notes: list[str]) -> ModelSpec:
+def _stated_architecture(model: ModelSpec, text: str, notes: list[str]) -> ModelSpec:
     """``model`` with the block layout (:func:`~codesign.validation.prose.read_block_layout`),
     multi-token-prediction depths (:func:`~codesign.validation.prose.read_mtp`) and sliding
     window (:func:`~codesign.validation.prose.read_sliding_window`) the prose states, each

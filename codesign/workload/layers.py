@@ -479,8 +479,7 @@ def mtp_template(st: LayerStructure) -> tuple[OpTemplate, ...]:
     region``: a split forward, an all-gather backward). After it: the block, then the depth's
     final norm, logits and loss (:func:`head_template`)."""
     return (
-        memory("mtp_embedding", 2 * T * h * e, saved=T * 8),
-        *embedding_template(st)[1:],
+        *(replace(t, name=f"mtp_{t.name}") for t in embedding_template(st)),
         _norm("mtp_enorm", st, Tsp * h),
         _norm("mtp_hnorm", st, Tsp * h),
         _tp_in("mtp_proj_tp_in", st, 2 * T * h * e),

@@ -194,14 +194,16 @@ def mlp_params_per_layer(model: ModelSpec, layer_index: int) -> int:
     """
     if not 0 <= layer_index < model.num_layers:
         raise ValueError(f"layer_index {layer_index} out of range 0..{model.num_layers - 1}")
-    if not model.is_moe_layer(layer_index):
+    return _mlp_params(model, model.is_moe_layer(layer_index))
+
+
+def _mlp_params(model: ModelSpec, moe_layer: bool) -> int:
+    """An MLP's parameters without its pre-norm: all routed experts, the shared experts and
+    the router in an MoE layer, else :func:`dense_mlp_params`."""
+    if not moe_layer or model.moe is None:
         return dense_mlp_params(model)
-    assert model.moe is not None
-    return (
-        model.moe.num_experts * routed_expert_params(model)
-        + shared_expert_params(model)
-        + router_params(model)
-    )
+    return (model.moe.num_experts * routed_expert_params(model) + shared_expert_params(model)
+            + router_params(model))
 
 
 def layer_params(model: ModelSpec, layer_index: int) -> int:
@@ -214,12 +216,7 @@ def layer_params(model: ModelSpec, layer_index: int) -> int:
 def kind_params(model: ModelSpec, kind: str) -> int:
     """All parameters of one layer of ``kind`` (:meth:`ModelSpec.layer_kind`) with its norms
     (see :func:`layer_params`)."""
-    moe = model.moe
-    if kind in ("moe", "moe_mlp") and moe is not None:
-        mlp = (moe.num_experts * routed_expert_params(model) + shared_expert_params(model)
-               + router_params(model))
-    else:
-        mlp = dense_mlp_params(model)
+    mlp = _mlp_params(model, kind in ("moe", "moe_mlp"))
     if kind in ("dense", "moe"):
         return attention_params_per_layer(model) + mlp + 2 * norm_params(model)
     body = {"mamba": mamba_params_per_layer, "attention": attention_params_per_layer}
