@@ -45,9 +45,13 @@ def test_datasheet_figures(name: str) -> None:
 def test_sibling_rule(name: str) -> None:
     gpu, sibling = load_gpu(name), load_gpu(PARTS[name][0])
     assert gpu.efficiency_from == PARTS[name][0]
-    # TPUs state one measured field of their own: XLA's bf16 8192^3 matmul on a v5e,
-    # 181.8 of 197 TFLOP/s (JAX Pallas TPU matmul guide); the rest is the sibling's
-    own = {"gemm_max": 181.823 / 197.0} if name.startswith("tpu-") else {}
+    # parts state measured fields of their own, the rest is the sibling's: TPUs XLA's bf16
+    # 8192^3 matmul on a v5e, 181.8 of 197 TFLOP/s (JAX Pallas TPU matmul guide); the
+    # MI325X AMD's Max-Achievable FLOPs at 1,000 W, 843 BF16 / 1,519 FP8 TFLOP/s (ROCm blog
+    # "Measuring Max-Achievable FLOPs - Part 2", Table 1) of its 1,307.4 / 2,614.9 peaks
+    own = ({"gemm_max": 181.823 / 197.0} if name.startswith("tpu-") else
+           {"gemm_max": 843 / 1307.4, "gemm_max_fp8": 1519 / 2614.9} if name == "mi325x"
+           else {})
     for field, value in own.items():
         assert getattr(gpu.efficiency, field) == pytest.approx(value, abs=5e-4)
     same = {field: getattr(sibling.efficiency, field) for field in own}
