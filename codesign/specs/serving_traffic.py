@@ -148,21 +148,23 @@ StageSpec = Annotated[RagStageSpec | KvRetrievalStageSpec | ReasoningStageSpec |
 #: bounds of a mean arrival rate, requests/s: the mean gap 1/rate stays a finite number of
 #: seconds (a subnormal rate made every arrival time infinite and every latency NaN)
 MIN_RATE_RPS, MAX_RATE_RPS = 1e-9, 1e9
-_RATE_DOC = "mean arrival rate, requests/s, [1e-9, 1e9]"
+#: a mean arrival rate field, requests/s
+RateRps = Annotated[float, Field(ge=MIN_RATE_RPS, le=MAX_RATE_RPS,
+                                 description="mean arrival rate, requests/s, [1e-9, 1e9]")]
 
 
 class ConstantArrival(Spec):
     """Deterministic arrivals every ``1/rate_rps`` seconds (first at ``start_s``)."""
 
     process: Literal["constant"] = "constant"
-    rate_rps: float = Field(ge=MIN_RATE_RPS, le=MAX_RATE_RPS, description=_RATE_DOC)
+    rate_rps: RateRps
 
 
 class PoissonArrival(Spec):
     """Poisson process: exponential gaps with mean ``1/rate_rps``."""
 
     process: Literal["poisson"] = "poisson"
-    rate_rps: float = Field(ge=MIN_RATE_RPS, le=MAX_RATE_RPS, description=_RATE_DOC)
+    rate_rps: RateRps
 
 
 class GammaArrival(Spec):
@@ -170,7 +172,7 @@ class GammaArrival(Spec):
     variation ``cv`` (1 = Poisson, > 1 bursty)."""
 
     process: Literal["gamma"] = "gamma"
-    rate_rps: float = Field(ge=MIN_RATE_RPS, le=MAX_RATE_RPS, description=_RATE_DOC)
+    rate_rps: RateRps
     cv: float = Field(gt=0, le=100.0,
                       description="coefficient of variation of the gaps, (0, 100]: 1 = Poisson, "
                                   "> 1 bursty (the gamma shape is 1/cv^2)")

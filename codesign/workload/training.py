@@ -387,14 +387,17 @@ class ChunkBinder:
             dense, expert = dense + d, expert + e
         return m.mtp_weight_copies * dense, m.mtp_weight_copies * expert
 
-    def _head(self, fwd: list[Op], bwd_layers: list[list[Op]],
-              temps: Sequence[OpTemplate]) -> None:
-        """Append the final norm, logits and loss (:func:`head_template`) to a chunk."""
-        h_ops = [_bind(t, self.env, -1, self.prec, fp8_scaling=self.scaling) for t in temps]
-        fwd += h_ops
-        h_bwd = [b for o, t in reversed(list(zip(h_ops, temps, strict=True)))
-                 for b in backward_of(o, t)]
-        bwd_layers.append(h_bwd if self.lora is None else frozen_only(h_bwd))
+    def _append(self, fwd: list[Op], bwd_layers: list[list[Op]],
+                temps: Sequence[OpTemplate]) -> float:
+        """Append operators outside the decoder layers (layer -1: the final norm, logits and
+        loss of :func:`head_template`, an MTP depth's :func:`mtp_template`) to a chunk's
+        forward and, reversed, to its backward; returns the activation bytes they save."""
+        ops = [_bind(t, self.env, -1, self.prec, fp8_scaling=self.scaling) for t in temps]
+        fwd += ops
+        bwd = [b for o, t in reversed(list(zip(ops, temps, strict=True)))
+               for b in backward_of(o, t)]
+        bwd_layers.append(bwd if self.lora is None else frozen_only(bwd))
+        return sum(t.saved.evaluate(self.env) for t in temps)
 
     def chunk(self, v: int, layers: tuple[int, ...], first: bool,
               last: bool) -> tuple[ChunkGraph, float]:
@@ -501,23 +504,16 @@ class ChunkBinder:
             # final norm, logits and loss through the shared LM head
             own_temps = mtp_template(layer_structure(run, "dense"))
             for _ in range(m.mtp_num_layers):
-                own = [_bind(t, env, -1, prec, fp8_scaling=self.scaling) for t in own_temps]
-                fwd += own
-                own_b = [b for o, t in reversed(list(zip(own, own_temps, strict=True)))
-                         for b in backward_of(o, t)]
-                bwd_layers.append(own_b if self.lora is None else frozen_only(own_b))
-                saved += sum(t.saved.evaluate(env) for t in own_temps)
+                saved += self._append(fwd, bwd_layers, own_temps)
                 for kind in m.mtp_kinds:
                     add_layer(-1, kind, p.recompute == "full", None, False)
-                self._head(fwd, bwd_layers, head_temps)
-                saved += sum(t.saved.evaluate(env) for t in head_temps)
+                saved += self._append(fwd, bwd_layers, head_temps)
             mtp_params = self.mtp_params()
             if self.lora is not None:
                 frozen += sum(mtp_params)
                 mtp_params = (0.0, 0.0)
         if last:
-            self._head(fwd, bwd_layers, head_temps)
-            saved += sum(t.saved.evaluate(env) for t in head_temps)
+            saved += self._append(fwd, bwd_layers, head_temps)
             head_params = P.output_params(m) / p.tp + P.norm_params(m)
             if self.lora is None:
                 # one bucket with the MTP modules' parameters, which live beside the head
