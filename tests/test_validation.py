@@ -348,6 +348,26 @@ def test_no_batch_means_one_sequence_per_gpu() -> None:
     assert any("one sequence per GPU" in a for a in case.assumptions)
 
 
+def test_no_batch_with_a_stated_micro_batch_is_whole_micro_batches() -> None:
+    """A row that states its micro-batch (2) but no batch: one sequence per GPU (8) would be
+    half a micro-batch per replica on dp 8, so the batch is one micro-batch of 2 on each of
+    the 8 replicas (16); with an interleaved schedule stated (pp 2, vpp 2) the count per
+    replica is raised to a multiple of pp."""
+    from codesign.validation.training_cases import map_row
+
+    row = {**_PROSE_ROW, "tp": "1", "pp": "1", "global_batch_size": "",
+           "micro_batch_size": "2", "zero_fsdp": "distributed optimizer"}
+    case = map_row(row)
+    assert {r.parallel.global_batch_size for g in case.candidates for r in g} == {16}
+    assert any("16 sequences" in a and "(1)" in a for a in case.assumptions)
+    row = {**row, "pp": "2", "vpp": "2", "micro_batch_size": "2"}
+    case = map_row(row)  # dp 4: 8 / (2 x 4) = 1 micro-batch, raised to pp = 2
+    run = case.candidates[0][0]
+    assert run.parallel.global_batch_size == 16
+    assert run.parallel.global_batch_size // (2 * 4) % 2 == 0
+    assert any("groups of pp 2" in a for a in case.assumptions)
+
+
 def test_runs_dated_before_2023_have_no_flash_attention() -> None:
     from codesign.validation.training_cases import map_row
 

@@ -571,8 +571,7 @@ def _global_batch(row: dict[str, str], seq_len: int, n: int, tp: int | None, pp:
         if cell.strip() and not re.fullmatch(r"(?i)not stated|n/?a|\?|-|unknown", cell.strip()):
             raise Unsupported(f"global_batch_size {cell!r}: no batch size (sequences or "
                               "tokens)")
-        notes.append(f"global batch not given: one sequence per GPU ({n})")
-        return n
+        return _default_batch(row, n, tp, pp, cp, notes)
     gbs = batch[0]
     notes.extend(batch[1])
     dp = _stated(row, "dp")
@@ -582,6 +581,35 @@ def _global_batch(row: dict[str, str], seq_len: int, n: int, tp: int | None, pp:
         rounded = max(dp, round(gbs / dp) * dp)
         notes.append(f"global batch {gbs} is not a multiple of dp {dp}: {rounded}")
         gbs = rounded
+    return gbs
+
+
+def _default_batch(row: dict[str, str], n: int, tp: int | None, pp: int | None,
+                   cp: int | None, notes: list[str]) -> int:
+    """Sequences per step of a row that gives no batch: one sequence per GPU, raised to the
+    fewest whole micro-batches per data-parallel replica when the row states its micro-batch
+    size (a batch the framework can split: ``micro_batch_size × dp`` divides it), in groups
+    of ``pp`` when the row states an interleaved schedule (Megatron-Core's interleaved
+    schedule runs micro-batches in groups of ``pp``)."""
+    dp = _stated(row, "dp")
+    if dp is None and tp and pp:
+        dp = n // (tp * pp * (cp or 1)) or None
+    mbs = int_cell(row, "micro_batch_size")
+    gbs = n
+    if dp and mbs:
+        count = max(1, -(-n // (mbs * dp)))
+        depth, _ = read_interleave(row.get("vpp", "").lower())
+        grouped = bool(pp and pp > 1 and depth and depth > 1)
+        if grouped and pp and count % pp:
+            count += pp - count % pp
+        gbs = count * mbs * dp
+    if gbs == n:
+        notes.append(f"global batch not given: one sequence per GPU ({n})")
+    else:
+        notes.append(f"global batch not given: {gbs} sequences, the fewest whole micro-batches "
+                     f"of {mbs} per data-parallel replica ({count}) holding one sequence per "
+                     "GPU" + (f", in groups of pp {pp} (interleaved schedule)" if grouped
+                              else ""))
     return gbs
 
 
