@@ -112,17 +112,12 @@ def expert_tp_choices(fw: str, tp: int, cp: int, dp: int, ep: int, year: int | N
 MLPERF_LORA_RANK = 16
 
 
-def lora_rank_of(text: str, searched: bool, notes: list[str]) -> int | None:
+def lora_rank_of(text: str, notes: list[str]) -> int | None:
     """The LoRA rank a row's ``text`` (notes, model, source) states, or ``None`` when it does
     not say LoRA; a LoRA row without a rank gets :data:`MLPERF_LORA_RANK` (an assumption,
-    noted). ``searched``: the row's plan is searched, and the search does not model LoRA:
-    ``None``, noted."""
+    noted)."""
     lora, rank = read_lora(text)
     if not lora:
-        return None
-    if searched:
-        notes.append("LoRA fine-tuning not modelled with a searched plan (the plan search "
-                      "trains every weight): simulated as training every weight")
         return None
     if rank is not None:
         notes.append(f"LoRA fine-tuning, rank {rank} as the row states: frozen base "

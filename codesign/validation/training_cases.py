@@ -63,6 +63,7 @@ from codesign.validation.prose import (
     read_global_batch,
     read_grad_reduce_in_fp32,
     read_interleave,
+    read_lora,
     read_mtp,
     read_nic_gbps,
     read_number,
@@ -498,8 +499,10 @@ def map_row(row: dict[str, str]) -> MappedCase:
                      "the row states: EP A2A overlap / DualPipe)")
     sp = read_switch(row.get("sp", ""))
     zero = _zero_stage(row.get("zero_fsdp", ""), fw, notes)
-    lora = lora_rank_of(row_text(row, ("notes", "model", "source_location"), lower=False),
-                        tp is None or pp is None, notes)
+    lora_text = row_text(row, ("notes", "model", "source_location"), lower=False)
+    if (tp is None or pp is None) and read_lora(lora_text)[0]:
+        return _unstated_lora_case(row, model, n, tp, pp)
+    lora = lora_rank_of(lora_text, notes)
     if lora is not None:
         plan["lora_rank"] = lora
     if tp is None or pp is None:
@@ -582,6 +585,52 @@ def _global_batch(row: dict[str, str], seq_len: int, n: int, tp: int | None, pp:
         notes.append(f"global batch {gbs} is not a multiple of dp {dp}: {rounded}")
         gbs = rounded
     return gbs
+
+
+#: tensor-parallel sizes a LoRA row that states none is tried at (powers of two within a node)
+LORA_TP_CHOICES = (1, 2, 4, 8)
+
+
+def _unstated_lora_case(row: dict[str, str], model: ModelSpec, n: int, tp: int | None,
+                        pp: int | None) -> MappedCase:
+    """A LoRA fine-tuning row that does not state TP or PP. The plan search's estimator does
+    not price LoRA (frozen base weights, no base gradients or optimizer states), so the row
+    is mapped with each TP it allows (the stated one, else every power of two up to the node
+    size that divides the heads and the GPU count) and PP as stated, else 1 (a LoRA
+    fine-tune keeps its frozen weights sharded by TP or ZeRO rather than pipelined), each as
+    a stated plan; the candidate groups are merged (by recompute preference, the fastest
+    feasible run of a group is taken)."""
+    node = int_cell(row, "gpus_per_node") or 8
+    tps = [tp] if tp else [t for t in LORA_TP_CHOICES
+                           if t <= node and n % t == 0 and model.num_heads % t == 0]
+    cases, problems = [], []
+    for t in tps:
+        try:
+            cases.append((t, map_row({**row, "tp": str(t), "pp": str(pp or 1)})))
+        except Unsupported as exc:
+            problems.append(f"tp {t}: {exc}")
+    if not cases:
+        raise Unsupported("tp/pp not stated (LoRA): no plan maps: " + "; ".join(problems))
+    groups: list[list[TrainingRun]] = []
+    labels: list[list[tuple[str, ...]]] = []
+    for t, case in cases:
+        flat = iter(case.candidate_notes)
+        for i, group in enumerate(case.candidates):
+            while len(groups) <= i:
+                groups.append([])
+                labels.append([])
+            groups[i].extend(group)
+            labels[i].extend((f"tp {t}", *next(flat, ())) for _ in group)
+    first = cases[0][1]
+    tp_note = f"{tp} as stated" if tp else "the fastest of " + ", ".join(map(str, tps))
+    pp_note = f"{pp} as stated" if pp else "1 (no pipeline)"
+    note = (f"plan not stated (LoRA fine-tuning, which the plan search does not price): "
+            f"tp {tp_note}, pp {pp_note}")
+    return MappedCase(case_id=first.case_id, source=first.source, framework=first.framework,
+                      candidates=tuple(tuple(g) for g in groups),
+                      candidate_notes=tuple(lab for grp in labels for lab in grp),
+                      measurement=first.measurement, assumptions=(*first.assumptions, note),
+                      stated=stated_cells(row))
 
 
 def _default_batch(row: dict[str, str], n: int, tp: int | None, pp: int | None,
