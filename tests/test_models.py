@@ -99,6 +99,7 @@ def test_total_within_tolerance_of_published(name: str) -> None:
         ("Qwen3-30B-A3B", "qwen3-30b-a3b"),
         ("GPT-OSS-120B", "gpt-oss-120b"),
         ("DeepSeek-V3", "deepseek-v3"),
+        ("DeepSeek-V2", "deepseek-v2"),
     ],
 )
 def test_validation_spellings_resolve(alias: str, name: str) -> None:
