@@ -159,3 +159,35 @@ def test_reading(key: str, text: str, want: object) -> None:
     got = READERS[key](text)
     want = tuple(want) if isinstance(want, list) else want
     assert got == want and type(got) is type(want), (key, text, got)
+
+
+@pytest.mark.parametrize(("text", "col", "degree"), [
+    ("TP=8, PP=4", "tp", 8),
+    ("TP=8, PP=4", "pp", 4),
+    ("tp: 2", "tp", 2),
+    ("8-way tensor parallelism", "tp", 8),
+    ("tensor parallel 4", "tp", 4),
+    ("16-way zero-bubble pipeline parallelism, 8-way expert parallelism, no tensor parallel",
+     "pp", 16),
+    ("16-way zero-bubble pipeline parallelism, 8-way expert parallelism, no tensor parallel",
+     "ep", 8),
+    ("16-way zero-bubble pipeline parallelism, 8-way expert parallelism, no tensor parallel",
+     "tp", 1),
+    ("without pipeline parallelism", "pp", 1),
+    ("pipeline parallel degree 12", "pp", 12),
+    ("context parallel size 2", "cp", 2),
+    ("expert parallelism of 8", "ep", 8),
+    ("ETP 1, EP 8", "ep", 8),
+    # not the degree asked for: expert TP is not TP, a virtual pipeline is not PP
+    ("ETP 1, EP 8", "tp", None),
+    ("expert tensor parallel size 2", "tp", None),
+    ("vpp 4", "pp", None),
+    ("virtual pipeline 8", "pp", None),
+    ("8-way virtual pipeline", "pp", None),
+    ("step 1 of 8-way data parallel", "tp", None),
+    ("MLPerf v4.0", "pp", None),
+])
+def test_read_degree(text: str, col: str, degree: int | None) -> None:
+    from codesign.validation.prose import read_degree
+
+    assert read_degree(text, col) == degree

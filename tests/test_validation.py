@@ -368,6 +368,22 @@ def test_no_batch_with_a_stated_micro_batch_is_whole_micro_batches() -> None:
     assert any("groups of pp 2" in a for a in case.assumptions)
 
 
+def test_a_plan_stated_in_the_notes_is_the_plan() -> None:
+    """Empty tp/pp cells, the plan in the authors' words: "TP=2, 2-way pipeline parallelism"
+    is the stated plan (noted), not a searched one."""
+    from codesign.validation.training_cases import map_row
+
+    row = {**_PROSE_ROW, "tp": "", "pp": "", "global_batch_size": "64",
+           "zero_fsdp": "distributed optimizer",
+           "notes": "TP=2, 2-way pipeline parallelism, Megatron-LM"}
+    case = map_row(row)
+    runs = [r for g in case.candidates for r in g]
+    assert {(r.parallel.tp, r.parallel.pp) for r in runs} == {(2, 2)}
+    assert "tp 2 as the notes state (tp cell empty)" in case.assumptions
+    assert "pp 2 as the notes state (pp cell empty)" in case.assumptions
+    assert not any(a.startswith("plan not stated") for a in case.assumptions)
+
+
 def test_runs_dated_before_2023_have_no_flash_attention() -> None:
     from codesign.validation.training_cases import map_row
 

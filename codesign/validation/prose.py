@@ -311,6 +311,36 @@ TP_OVERLAP_PATTERNS: tuple[tuple[str, bool], ...] = (
 )
 
 
+#: the parallelism each plan column names, as prose spells it
+_DEGREE_WORDS = {"tp": "tensor", "pp": "pipeline", "cp": "context", "ep": "expert"}
+
+
+def read_degree(text: str, col: str) -> int | None:
+    """The degree of parallelism ``col`` (``tp``, ``pp``, ``cp``, ``ep``) a row's prose
+    states, or ``None``: "TP=8", "PP 4", "tp: 2", "8-way tensor parallelism", "16-way
+    zero-bubble pipeline", "expert parallelism of 8", "context parallel size 2"; "no tensor
+    parallelism" / "without pipeline parallelism" read as 1. Expert tensor parallelism
+    ("ETP", "expert tensor parallel") is not TP, a virtual / interleaved pipeline ("VPP") is
+    not PP."""
+    word = _DEGREE_WORDS[col]
+    low = text.lower()
+    found = re.search(rf"(?<![a-z]){col}\s*(?:=|:|size|degree)?\s*(\d+)\b", low)
+    if found:
+        return int(found.group(1))
+    for m in re.finditer(rf"(\d+)[- ]way\s+((?:[a-z-]+\s+){{0,2}}?){word}[- ]?parallel|"
+                         rf"(\d+)[- ]way\s+((?:[a-z-]+\s+){{0,2}}?){word}\b|"
+                         rf"((?:[a-z-]+\s+)?){word}[- ]parallel(?:ism|ization)?(?:\s+(?:size|"
+                         rf"degree|dimension))?\s*(?:of|=|:)?\s*(\d+)\b", low):
+        between = " ".join(g for g in (m.group(2), m.group(4), m.group(5)) if g)
+        if col == "tp" and "expert" in between or col == "pp" and re.search(
+                r"virtual|interleav", between):
+            continue
+        return int(m.group(1) or m.group(3) or m.group(6))
+    if re.search(rf"\b(?:no|without)\s+(?:[a-z-]+\s+)?{word}[- ]parallel", low):
+        return 1
+    return None
+
+
 def read_tp_overlap(text: str) -> bool | None:
     """Whether a row's prose says tensor-parallel communication overlaps the GEMMs
     (:data:`TP_OVERLAP_PATTERNS`); ``None`` when it says nothing of it."""
@@ -837,6 +867,7 @@ __all__ = [
     "read_fp8_recipe",
     "read_global_batch",
     "read_grad_reduce_in_fp32",
+    "read_degree",
     "read_interleave",
     "read_lora",
     "read_nic_gbps",

@@ -62,6 +62,7 @@ from codesign.validation.prose import (
     read_fp8_recipe,
     read_global_batch,
     read_grad_reduce_in_fp32,
+    read_degree,
     read_interleave,
     read_lora,
     read_mtp,
@@ -384,6 +385,18 @@ def _stated(row: dict[str, str], col: str) -> int | None:
     return int_cell(row, col)
 
 
+def _degree(row: dict[str, str], col: str, notes: list[str]) -> int | None:
+    """A parallel degree (``tp``, ``pp``, ``cp``, ``ep``): the row's cell, else the one its
+    notes state (:func:`~codesign.validation.prose.read_degree`, noted), else ``None``."""
+    stated = _stated(row, col)
+    if stated is not None:
+        return stated
+    read = read_degree(_prose(row), col)
+    if read is not None:
+        notes.append(f"{col} {read} as the notes state ({col} cell empty)")
+    return read
+
+
 def gpu_of(row: dict[str, str], notes: list[str]) -> tuple[GpuSpec, str]:
     """The GPU a row's ``gpu_type`` names and the system it implies (a named system or cloud
     instance, else the GPU's usual one), through the one name resolver; training and inference
@@ -472,9 +485,9 @@ def map_row(row: dict[str, str]) -> MappedCase:
                          f"MoE token dropping without a factor: capacity factor {cf:g}, "
                          "buffers padded to it (Megatron-Core's token-drop recipes)")
     gpu, topo = gpu_and_topology_of(row, notes)
-    tp, pp = plan_default(fw, "tp", _stated(row, "tp"), notes), \
-        plan_default(fw, "pp", _stated(row, "pp"), notes)
-    cp, ep = _stated(row, "cp"), _stated(row, "ep")
+    tp, pp = plan_default(fw, "tp", _degree(row, "tp", notes), notes), \
+        plan_default(fw, "pp", _degree(row, "pp", notes), notes)
+    cp, ep = _degree(row, "cp", notes), _degree(row, "ep", notes)
     gbs = _global_batch(row, model.seq_len or 2048, n, tp, pp, cp, notes)
     dtype = read_precision(row.get("precision", ""))
     plan: dict[str, Any] = dict(global_batch_size=gbs, dtype=dtype, seq_len=model.seq_len)
