@@ -332,8 +332,8 @@ def read_degree(text: str, col: str) -> int | None:
                          rf"((?:[a-z-]+\s+)?){word}[- ]parallel(?:ism|ization)?(?:\s+(?:size|"
                          rf"degree|dimension))?\s*(?:of|=|:)?\s*(\d+)\b", low):
         between = " ".join(g for g in (m.group(2), m.group(4), m.group(5)) if g)
-        if col == "tp" and "expert" in between or col == "pp" and re.search(
-                r"virtual|interleav", between):
+        if (col == "tp" and "expert" in between) or (col == "pp" and re.search(
+                r"virtual|interleav", between)):
             continue
         return int(m.group(1) or m.group(3) or m.group(6))
     if re.search(rf"\b(?:no|without)\s+(?:[a-z-]+\s+)?{word}[- ]parallel", low):
@@ -861,13 +861,13 @@ __all__ = [
     "ZERO_PATTERNS",
     "Number",
     "nearby_batches",
+    "read_degree",
     "read_dispatcher",
     "read_ep_overlap",
     "read_fp4_high_precision_layers",
     "read_fp8_recipe",
     "read_global_batch",
     "read_grad_reduce_in_fp32",
-    "read_degree",
     "read_interleave",
     "read_lora",
     "read_nic_gbps",
