@@ -3,7 +3,7 @@ hybrid stacks of Mamba-2 mixers, attention and MLP blocks (Nemotron-H, pure Mamb
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -18,6 +18,14 @@ MAX_WIDTH = 100_000_000
 MAX_MTP_DEPTHS = 64
 #: blocks in hybrid_override_pattern symbols (:data:`HYBRID_SYMBOLS`)
 BLOCK_PATTERN = r"^[M*\-E]+$"
+
+
+def _block_pattern(max_length: int, description: str) -> Any:
+    """An optional field of blocks in hybrid_override_pattern symbols (:data:`BLOCK_PATTERN`),
+    at most ``max_length`` of them."""
+    return Field(default=None, pattern=BLOCK_PATTERN, max_length=max_length,
+                 description=description)
+
 
 class MLASpec(Spec):
     """Multi-head latent attention (DeepSeek-V2/V3): low-rank compressed queries and KV."""
@@ -183,9 +191,8 @@ class ModelSpec(Spec):
     moe: MoESpec | None = None
     mamba: MambaSpec | None = Field(
         default=None, description="Mamba-2 mixer of the 'M' blocks of hybrid_override_pattern")
-    hybrid_override_pattern: str | None = Field(
-        default=None, pattern=BLOCK_PATTERN, max_length=MAX_LAYERS,
-        description="one block per layer: M = Mamba-2 mixer, * = attention, - = dense MLP, "
+    hybrid_override_pattern: str | None = _block_pattern(
+        MAX_LAYERS, "one block per layer: M = Mamba-2 mixer, * = attention, - = dense MLP, "
                     "E = MoE MLP, each with its own pre-norm (Megatron-Core / Nemotron-H "
                     "hybrid_override_pattern); None = every layer is attention + MLP")
     mtp_num_layers: int = Field(
@@ -196,11 +203,10 @@ class ModelSpec(Spec):
                     "2h -> h projection, one block (mtp_block_pattern) and the shared LM head "
                     "with its loss, on the last pipeline stage. 0 = none. Training only: "
                     "serving runs the main model (MTP drafting: serving's speculative spec)")
-    mtp_block_pattern: str | None = Field(
-        default=None, pattern=BLOCK_PATTERN, max_length=MAX_MTP_DEPTHS,
-        description="hybrid models: the blocks of one MTP depth in hybrid_override_pattern "
-                    "symbols (Megatron-Core mtp_hybrid_override_pattern; Nemotron 3 Super: "
-                    "'*E', attention then MoE); None = one layer like the model's last")
+    mtp_block_pattern: str | None = _block_pattern(
+        MAX_MTP_DEPTHS, "hybrid models: the blocks of one MTP depth in hybrid_override_pattern "
+                        "symbols (Megatron-Core mtp_hybrid_override_pattern; Nemotron 3 Super: "
+                        "'*E', attention then MoE); None = one layer like the model's last")
     mtp_shared_weights: bool = Field(
         default=False,
         description="every MTP depth runs one shared set of MTP weights (Megatron-Core "
