@@ -187,6 +187,14 @@ ZERO_PATTERNS: tuple[tuple[str, int | None, str], ...] = (
     (r"full[-_ ]?shard|fully[-_ ]?sharded|fsdp|zero[-_ ]?3|sharded data parallel", 3,
      "FSDP FULL_SHARD: ZeRO-3"),
     (r"^(?:0|none|off|no|false|disabled|n/?a)$", None, "no ZeRO/FSDP"),
+    # a bare stage number, as DeepSpeed configs write ``"zero_optimization": {"stage": 2}``
+    (r"^([1-3])$", -1, "a bare 1-3 in the ZeRO/FSDP column read as the ZeRO stage"),
+    # a bare larger number is a sharding-group size: NeMo / Megatron-Bridge tables' FSDP
+    # column ("FSDP > 0: use FSDP with sharding group size = #GPUs / (TP x PP)",
+    # Megatron-Bridge docs/performance-summary.md, Nomenclature); no ZeRO stage exceeds 3
+    (r"^(?:[4-9]|[1-9][0-9]+)$", 3, "a number above 3 in the ZeRO/FSDP column is an FSDP "
+                                     "sharding-group size (Megatron-Bridge tables): FSDP "
+                                     "FULL_SHARD, ZeRO-3"),
 )
 
 
