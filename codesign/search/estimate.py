@@ -70,6 +70,7 @@ from codesign.workload.dims import num_microbatches, pipeline_message
 from codesign.workload.training import (
     adam_bytes_per_param,
     layer_assignment,
+    loss_layer_slots,
     model_flops_per_sequence_fwd,
     state_groups,
 )
@@ -157,6 +158,7 @@ class Estimator:
     def __init__(self, base: TrainingRun) -> None:
         self.base = base
         self.model = base.model
+        self.loss_slots = loss_layer_slots(base)
         self.compute = ComputeModel.from_gpu(
             base.gpu, attention_kernel=base.parallel.attention_kernel)
         self.measured = (self.compute.tables.collectives
@@ -198,7 +200,7 @@ class Estimator:
         if out is None:
             out = []
             for layers in layer_assignment(self.model.num_layers, nv,
-                                           self.model.mtp_blocks):
+                                           self.model.mtp_blocks, self.loss_slots):
                 counts = dict.fromkeys(sorted(set(self.kinds)), 0)
                 for i in layers:
                     counts[self.kinds[i]] += 1

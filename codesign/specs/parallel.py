@@ -209,6 +209,14 @@ class ParallelismSpec(Spec):
         description="without sequence parallelism, split each pipeline send over the TP ranks "
                     "(each sends 1/tp on its own NIC) and all-gather it over TP at the receiver "
                     "(Megatron-LM 2021-22 default; Narayanan et al. 2021 Sec. 4.1)")
+    balance_loss_stage: bool = Field(
+        default=False,
+        description="pipeline layout that counts the LM head and loss as transformer layers: "
+                    "the last virtual stage runs as many fewer layers as its head costs in "
+                    "layers (forward FLOPs, rounded), and those layers go to the middle stages "
+                    "(Megatron-Core pipeline_model_parallel_layout, as NVIDIA's tuned recipes "
+                    "set it, e.g. Llama 3 70B on H100 'Et*2|(t*2|)*34,t*3|(t*2|)*3,tL'); "
+                    "False: layers split evenly, the head on top of the last stage's share")
     overlap_p2p: bool = Field(
         default=True,
         description="pipeline sends run beside compute; False: a stage waits for its own send "

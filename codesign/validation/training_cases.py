@@ -820,15 +820,21 @@ def _gradient_settings(row: dict[str, str], fw: str, notes: list[str]) -> dict[s
     if stated is not None:
         notes.append(f"gradients reduced in {'fp32' if stated else 'bf16'} (as the row states)")
         return {"grad_reduce_in_fp32": stated}
-    where = row_text(row, ("source", "source_location"))
-    release = nemo_release(row)
-    benchmark = "perf" in where and ("megatron-bridge" in where or (
-        release is not None and release >= MB_PERF_FROM))
-    if fw == "megatron-core" and benchmark:
+    if mb_benchmark(row, fw):
         notes.append("gradients accumulated and reduced in bf16 (Megatron-Bridge performance "
                      "recipes set grad_reduce_in_fp32 False)")
         return {"grad_reduce_in_fp32": False}
     return {}
+
+
+def mb_benchmark(row: dict[str, str], fw: str) -> bool:
+    """Whether the row is a Megatron-Bridge performance benchmark: a Megatron-Core run from a
+    performance table that names Megatron-Bridge or a NeMo container from
+    :data:`MB_PERF_FROM` on."""
+    where = row_text(row, ("source", "source_location"))
+    release = nemo_release(row)
+    return fw == "megatron-core" and "perf" in where and (
+        "megatron-bridge" in where or (release is not None and release >= MB_PERF_FROM))
 
 
 def _era_settings(row: dict[str, str], fw: str, notes: list[str]) -> dict[str, Any]:

@@ -112,22 +112,26 @@ class TrainingGraph:
 
 
 def layer_assignment(num_layers: int, virtual_stages: int,
-                     tail: int = 0) -> list[tuple[int, ...]]:
+                     tail: int = 0, loss_slots: int = 0) -> list[tuple[int, ...]]:
     """Split layers over virtual stages as evenly as possible; extra layers go to the middle
     stages, which carry neither the embedding nor the LM head. ``tail``: blocks after the
     last layer that the last stage runs (multi-token prediction), balanced as layers and
     taken out of the last stage's share: Megatron-Bridge's DeepSeek-V3 layouts give the
     last stage fewer decoder layers beside its MTP layer and loss
     (recipes/deepseek/h100/deepseek_v3.py, ``_get_deepseek_v3_pipeline_layout``: PP 16 = 15
-    stages of 4 layers, the last of 1 + MTP)."""
+    stages of 4 layers, the last of 1 + MTP). ``loss_slots``: layers' worth of work the LM
+    head and loss take on the last virtual stage (:func:`loss_layer_slots`), at most the even
+    share of a stage: that stage runs that many fewer layers, which go to the middle stages."""
     if tail:
-        out = layer_assignment(num_layers + tail, virtual_stages)
+        out = layer_assignment(num_layers + tail, virtual_stages, loss_slots=loss_slots)
         return [tuple(x for x in layers if x < num_layers) for layers in out]
-    base, extra = divmod(num_layers, virtual_stages)
+    slots = min(loss_slots, num_layers // virtual_stages) if virtual_stages > 1 else 0
+    base, extra = divmod(num_layers + slots, virtual_stages)
     counts = [base] * virtual_stages
     order = sorted(range(virtual_stages), key=lambda v: (abs(v - (virtual_stages - 1) / 2), v))
     for v in order[:extra]:
         counts[v] += 1
+    counts[-1] -= slots
     out, start = [], 0
     for c in counts:
         out.append(tuple(range(start, start + c)))
@@ -580,7 +584,8 @@ def build_training_graph(run: TrainingRun) -> TrainingGraph:
         raise InfeasiblePlan("; ".join(problems))
     m, p = run.model, run.parallel
     n_mb = num_microbatches(run)
-    assignment = layer_assignment(m.num_layers, p.pp * p.vpp, m.mtp_blocks)
+    assignment = layer_assignment(m.num_layers, p.pp * p.vpp, m.mtp_blocks,
+                                  loss_layer_slots(run))
     chunks, hw_flops = ChunkBinder(run).chunks(assignment)
 
     moe = m.moe
@@ -598,6 +603,28 @@ def build_training_graph(run: TrainingRun) -> TrainingGraph:
         model_flops_per_step=model_flops_per_sequence(run) * p.global_batch_size,
         hardware_flops_per_step=hw_total,
     )
+
+
+def loss_layer_slots(run: TrainingRun) -> int:
+    """Layers' worth of work of the LM head and loss when the plan balances the last pipeline
+    stage for them (``balance_loss_stage``), else 0: the head's forward FLOPs over a
+    transformer layer's (the mean over the model's layers), rounded. Llama 3 70B at 8K tokens:
+    2·8192·128256 = 2.10 GFLOP per token against 1.98, one slot, as Megatron-Bridge's H100
+    layout gives its last stage one layer where the others have two."""
+    m = run.model
+    if not run.parallel.balance_loss_stage:
+        return 0
+    env = bind_dims(run, unsharded=True)
+    st = layer_structure(run, "dense")
+    head = sum(t.flops.evaluate(env) for t in head_template(st))
+    layers = 0.0
+    per_kind: dict[str, float] = {}
+    for x in range(m.num_layers):
+        kind = m.layer_kind(x)
+        if kind not in per_kind:
+            per_kind[kind] = sum(t.flops.evaluate(env) for t in _layer_templates(run, kind))
+        layers += per_kind[kind]
+    return round(head / (layers / m.num_layers)) if layers > 0 else 0
 
 
 def model_flops_per_sequence(run: TrainingRun) -> float:
