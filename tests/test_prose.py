@@ -147,6 +147,7 @@ READERS = {
     "expert_tp": prose.read_expert_tp,
     "pointwise_kernels": prose.read_pointwise_kernels,
     "block_layout": prose.read_block_layout,
+    "loss_stage": prose.read_loss_stage,
     "sliding_window": prose.read_sliding_window,
 }
 

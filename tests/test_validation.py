@@ -450,3 +450,14 @@ def test_a_row_the_specs_refuse_is_a_row_not_the_end_of_the_run(tmp_path: Path) 
         first, second = run_csv(path)
         assert first.status == "unsupported" and "hidden_size" in first.reason, first.reason
         assert second.status != "unsupported" or "hidden_size" not in second.reason
+
+
+def test_a_stated_loss_stage_layout_balances_the_last_stage_and_says_so() -> None:
+    (row,) = [r for r in read_rows(SMALL) if r["case_id"] == "T001"]
+    row = {**row, "pp": "2", "num_gpus": "64"}
+    plain = map_row(row)
+    stated = map_row({**row, "notes": row.get("notes", "")
+                      + "; account_for_loss_in_pipeline_split: true"})
+    assert not any(r.parallel.balance_loss_stage for g in plain.candidates for r in g)
+    assert all(r.parallel.balance_loss_stage for g in stated.candidates for r in g)
+    assert any("LM head and loss" in a for a in stated.assumptions)

@@ -504,6 +504,29 @@ def read_block_layout(text: str) -> str | None:
     return _first_match(BLOCK_LAYOUT_PATTERNS, text.lower())
 
 
+#: (pattern, balanced); first match wins. A pipeline layout that counts the loss (LM head) as
+#: a layer of the last stage, as Megatron-Core writes it: ``account_for_loss_in_pipeline_split``
+#: ("the loss layer will be treated as a standard transformer layer in the context of
+#: partition and placement"), a ``pipeline_model_parallel_layout`` string ending in a stage
+#: with ``L`` ("Et*2|(t*2|)*34,t*3|(t*2|)*3,tL"), or prose ("fewer layers on the last
+#: stage for the LM head"); "num_layers_in_last_pipeline_stage" balances by hand too
+LOSS_STAGE_PATTERNS: tuple[tuple[str, bool], ...] = (
+    (r"account[-_ ]for[-_ ]loss[-_ ]in[-_ ]pipeline[-_ ]split\s*[=:]\s*(?:false|0|off|no)\b",
+     False),
+    (r"account[-_ ]for[-_ ]loss|num[-_ ]layers[-_ ]in[-_ ]last[-_ ]pipeline[-_ ]stage"
+     r"|(?:^|[\s'\"=:])e?[t*\d|(),m]*\|[t*\d|(),m]*l(?=[\s'\",;)]|$)"
+     r"|(?:fewer|less)\s+layers\s+(?:on|in)\s+the\s+last\s+(?:pipeline\s+)?stage"
+     r"|(?:lm[- ]head|loss|logits)\s+(?:is\s+|are\s+)?(?:counted|treated)\s+as\s+(?:a\s+)?"
+     r"(?:transformer\s+)?layers?", True),
+)
+
+
+def read_loss_stage(text: str) -> bool | None:
+    """Whether a row's prose says its pipeline layout counts the LM head and loss as layers
+    of the last stage (:data:`LOSS_STAGE_PATTERNS`); ``None`` when it says nothing of it."""
+    return _first_match(LOSS_STAGE_PATTERNS, text.lower())
+
+
 #: a sliding attention window named: "sliding window attention (window 4096)", "SWA with a
 #: 4K window", "sliding_window=4096", "local attention window of 1024 tokens"
 _WINDOW = re.compile(r"sliding[-_ ]window|\bswa\b|local\s+attention|windowed\s+attention"

@@ -65,6 +65,7 @@ from codesign.validation.prose import (
     read_grad_reduce_in_fp32,
     read_interleave,
     read_lora,
+    read_loss_stage,
     read_mtp,
     read_nic_gbps,
     read_number,
@@ -858,6 +859,7 @@ def _row_settings(row: dict[str, str], fw: str, tp: int, sp: bool, gpu: GpuSpec,
             **_era_settings(row, fw, notes),
             **_attention_settings(row, fw, notes),
             **_kernel_settings(row, notes),
+            **_layout_settings(row, notes),
             **_gradient_settings(row, fw, notes),
             **_tp_overlap_settings(row, fw, tp, sp, notes)}
 
@@ -890,6 +892,18 @@ def _tp_overlap_settings(row: dict[str, str], fw: str, tp: int, sp: bool,
            else "asynchronous TP outside Megatron: its published gains are forward-pass "
                 "only, ~8% end to end")
     notes.append(f"TP communication overlap stated but the collectives priced blocking ({why})")
+    return {}
+
+
+def _layout_settings(row: dict[str, str], notes: list[str]) -> dict[str, Any]:
+    """A pipeline layout that counts the LM head and loss as layers of the last stage, as the
+    row's prose states it (:func:`~codesign.validation.prose.read_loss_stage`); unstated: the
+    layers split evenly (Megatron-Core's default; NVIDIA's recipes set a layout only for some
+    models, so it is not assumed)."""
+    if read_loss_stage(_prose(row)):
+        notes.append("pipeline layout counts the LM head and loss as layers of the last stage "
+                     "(as the row states)")
+        return {"balance_loss_stage": True}
     return {}
 
 
