@@ -14,7 +14,7 @@ parameter all-gathers and gradient reduce-scatters on the data-parallel group.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from codesign.errors import InfeasiblePlan
@@ -615,16 +615,20 @@ def loss_layer_slots(run: TrainingRun) -> int:
     if not run.parallel.balance_loss_stage:
         return 0
     env = bind_dims(run, unsharded=True)
-    st = layer_structure(run, "dense")
-    head = sum(t.flops.evaluate(env) for t in head_template(st))
-    layers = 0.0
-    per_kind: dict[str, float] = {}
-    for x in range(m.num_layers):
-        kind = m.layer_kind(x)
-        if kind not in per_kind:
-            per_kind[kind] = sum(t.flops.evaluate(env) for t in _layer_templates(run, kind))
-        layers += per_kind[kind]
+    head = sum(t.flops.evaluate(env) for t in head_template(layer_structure(run, "dense")))
+    per_kind = _kind_flops(run, env)
+    layers = sum(per_kind[m.layer_kind(x)] for x in range(m.num_layers))
     return round(head / (layers / m.num_layers)) if layers > 0 else 0
+
+
+def _kind_flops(run: TrainingRun, env: Mapping[str, float],
+                counted: Callable[[OpTemplate], bool] = lambda t: True) -> dict[str, float]:
+    """Forward FLOPs of one layer of each kind the model stacks (its decoder layers and its
+    multi-token-prediction blocks) under bound dims ``env``, of the templates ``counted``."""
+    m = run.model
+    kinds = {m.layer_kind(x) for x in range(m.num_layers)} | set(m.mtp_kinds)
+    return {kind: sum(t.flops.evaluate(env) for t in _layer_templates(run, kind) if counted(t))
+            for kind in sorted(kinds)}
 
 
 def model_flops_per_sequence(run: TrainingRun) -> float:
@@ -662,11 +666,9 @@ def model_flops_per_sequence_fwd(run: TrainingRun, weight_gemms_only: bool = Fal
 
     head = flops_of(head_template(st_dense))
     total += flops_of(embedding_template(st_dense)) + head
-    per_kind: dict[str, float] = {}
+    per_kind = _kind_flops(run, env, counted)
     for kind in [m.layer_kind(x) for x in range(m.num_layers)] + list(m.mtp_kinds) * (
             m.mtp_num_layers):
-        if kind not in per_kind:
-            per_kind[kind] = flops_of(_layer_templates(run, kind))
         total += per_kind[kind]
     # each MTP depth's projection and its own logits (Megatron-LM training.py
     # num_floating_point_operations counts the MTP layers, "MTP norms and proj" and
