@@ -655,3 +655,14 @@ def test_cpu_engine_from_the_catalog_serves_a_model() -> None:
     # one request at a time: each of its 7 later tokens is one batch-1 decode step
     tpot = res.metrics()["latency_s"]["tpot"]["p50"]
     assert tpot == pytest.approx(cost.step_time_s([], [70]), rel=0.05)
+
+
+def test_reasoning_rounds_are_bounded_with_a_clear_error() -> None:
+    # every request's rounds are drawn up front: 10**15 rounds tried to allocate petabytes
+    # (fuzz seed 9) before any message; the spec bounds them and names the field
+    data = yaml.safe_load(RAG_YAML)
+    data["stages"]["think"]["rounds"] = 10**15
+    with pytest.raises(SpecError, match="rounds.*less than or equal to 1024"):
+        ServingSpec.parse(data)
+    data["stages"]["think"]["rounds"] = 1024
+    assert ServingSpec.parse(data).stages["think"].rounds == 1024

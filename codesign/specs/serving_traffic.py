@@ -98,6 +98,12 @@ class KvRetrievalStageSpec(Spec):
         default=None, ge=1, description="prefixes competing for the tier's capacity")
 
 
+#: most thinking rounds one request may take: every request's rounds are drawn up front
+#: (requests x rounds lengths), so an unbounded count exhausts memory before a clear error;
+#: agentic traces run tens of tool-call rounds, not thousands
+MAX_REASONING_ROUNDS = 1024
+
+
 class ReasoningStageSpec(Spec):
     """Thinking before answering: ``rounds`` generate calls, each emitting thinking tokens
     (the last also the answer), with ``tool_tokens`` appended and ``round_gap_s`` spent
@@ -106,7 +112,8 @@ class ReasoningStageSpec(Spec):
 
     kind: Literal["reasoning"] = "reasoning"
     thinking_tokens: LengthSpec = Field(description="per round")
-    rounds: int = Field(default=1, ge=1)
+    rounds: int = Field(default=1, ge=1, le=MAX_REASONING_ROUNDS,
+                        description="generate calls per request (thinking rounds)")
     tool_tokens: int = Field(default=0, ge=0)
     round_gap_s: float = Field(default=0.0, ge=0)
     prefix_cache: bool = True
