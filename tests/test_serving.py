@@ -662,7 +662,7 @@ def test_reasoning_rounds_are_bounded_with_a_clear_error() -> None:
     # (fuzz seed 9) before any message; the spec bounds them and names the field
     data = yaml.safe_load(RAG_YAML)
     data["stages"]["think"]["rounds"] = 10**15
-    with pytest.raises(SpecError, match="rounds.*less than or equal to 1024"):
+    with pytest.raises(SpecError, match=r"rounds.*less than or equal to 1024"):
         ServingSpec.parse(data)
     data["stages"]["think"]["rounds"] = 1024
     assert ServingSpec.parse(data).stages["think"].rounds == 1024
