@@ -440,7 +440,8 @@ class ChunkBinder:
             nonlocal saved, frozen, dense_params, expert_params
             lf, lb, lsaved = layer_ops(kind, dtype)
             l_fwd = at_layer(lf, layer)
-            dparams, eparams = self.kind_params(kind)
+            base_params = self.kind_params(kind)
+            dparams, eparams = base_params
             temps = _layer_templates(run, kind)
             # op-level checkpointing: which forward operators re-run (counted on the base
             # layer's GEMMs, so LoRA adapters share their base operator's flag)
@@ -468,7 +469,7 @@ class ChunkBinder:
                         for g in gathers]
             if record:
                 if self.lora is not None:
-                    frozen += sum(self.kind_params(kind))
+                    frozen += sum(base_params)
                 dense_params += dparams
                 expert_params += eparams
                 lparams.append((layer, dparams, eparams))
@@ -615,20 +616,29 @@ def loss_layer_slots(run: TrainingRun) -> int:
     if not run.parallel.balance_loss_stage:
         return 0
     env = bind_dims(run, unsharded=True)
-    head = sum(t.flops.evaluate(env) for t in head_template(layer_structure(run, "dense")))
+    head = _flops(head_template(layer_structure(run, "dense")), env)
     per_kind = _kind_flops(run, env)
     layers = sum(per_kind[m.layer_kind(x)] for x in range(m.num_layers))
     return round(head / (layers / m.num_layers)) if layers > 0 else 0
 
 
+def _all(t: OpTemplate) -> bool:
+    return True
+
+
+def _flops(temps: Iterable[OpTemplate], env: Mapping[str, float],
+           counted: Callable[[OpTemplate], bool] = _all) -> float:
+    """Forward FLOPs of the templates ``counted`` of ``temps`` under bound dims ``env``."""
+    return sum(t.flops.evaluate(env) for t in temps if counted(t))
+
+
 def _kind_flops(run: TrainingRun, env: Mapping[str, float],
-                counted: Callable[[OpTemplate], bool] = lambda t: True) -> dict[str, float]:
-    """Forward FLOPs of one layer of each kind the model stacks (its decoder layers and its
-    multi-token-prediction blocks) under bound dims ``env``, of the templates ``counted``."""
+                counted: Callable[[OpTemplate], bool] = _all) -> dict[str, float]:
+    """Forward FLOPs (:func:`_flops`) of one layer of each kind the model stacks (its decoder
+    layers and its multi-token-prediction blocks) under bound dims ``env``."""
     m = run.model
     kinds = {m.layer_kind(x) for x in range(m.num_layers)} | set(m.mtp_kinds)
-    return {kind: sum(t.flops.evaluate(env) for t in _layer_templates(run, kind) if counted(t))
-            for kind in sorted(kinds)}
+    return {kind: _flops(_layer_templates(run, kind), env, counted) for kind in sorted(kinds)}
 
 
 def model_flops_per_sequence(run: TrainingRun) -> float:
@@ -661,11 +671,8 @@ def model_flops_per_sequence_fwd(run: TrainingRun, weight_gemms_only: bool = Fal
     def counted(t: OpTemplate) -> bool:
         return not weight_gemms_only or (t.kind == "gemm" and t.weight_grad)
 
-    def flops_of(temps: Iterable[OpTemplate]) -> float:
-        return sum(t.flops.evaluate(env) for t in temps if counted(t))
-
-    head = flops_of(head_template(st_dense))
-    total += flops_of(embedding_template(st_dense)) + head
+    head = _flops(head_template(st_dense), env, counted)
+    total += _flops(embedding_template(st_dense), env, counted) + head
     per_kind = _kind_flops(run, env, counted)
     for kind in [m.layer_kind(x) for x in range(m.num_layers)] + list(m.mtp_kinds) * (
             m.mtp_num_layers):
@@ -673,5 +680,5 @@ def model_flops_per_sequence_fwd(run: TrainingRun, weight_gemms_only: bool = Fal
     # each MTP depth's projection and its own logits (Megatron-LM training.py
     # num_floating_point_operations counts the MTP layers, "MTP norms and proj" and
     # "(mtp_num_layers + 1)" logits)
-    return total + m.mtp_num_layers * (flops_of(mtp_template(st_dense)) + head)
+    return total + m.mtp_num_layers * (_flops(mtp_template(st_dense), env, counted) + head)
 
