@@ -81,3 +81,55 @@ def test_a_torchtitan_row_runs_op_level_selective_recompute() -> None:
     assert any("op-level" in a for a in case.assumptions)
     mega = map_row({**row, "source": "NVIDIA Megatron-LM README, 2024"})
     assert {r.parallel.selective_recompute for g in mega.candidates for r in g} == {"attention"}
+
+
+@pytest.mark.parametrize(("policy", "gemms"), [
+    ("gemm_outputs", []), ("mlp_input", ["mlp_up"]), ("mlp", ["mlp_down", "mlp_up"])])
+def test_dot_saving_policies_re_run_all_but_the_saved_gemms(policy: str,
+                                                           gemms: list[str]) -> None:
+    """JAX / MaxText dot-saving remat (``minimal``, ``save_dot_except_mlpwi``,
+    ``save_dot_except_mlp``): the attention core and the memory-bound operators re-run, and
+    only the GEMMs the policy does not save; recompute FLOPs are those GEMMs' forward FLOPs
+    (tiny plain MLP: mlp_up and mlp_down 2·s·h·F each) plus the attention core's."""
+    plan = dict(recompute="selective", selective_recompute=policy)
+    op = build_training_graph(tiny_run(1, global_batch_size=4, **plan))
+    re_run = [o for o in op.chunks[0].backward if o.category == "recompute" and o.layer == 0]
+    assert sorted(o.name for o in re_run if o.kind == "gemm") == gemms
+    assert [o.name for o in re_run if o.kind == "attention"] == ["attention"]
+    none = build_training_graph(tiny_run(1, global_batch_size=4))
+    attn = next(o for o in none.chunks[0].forward if o.kind == "attention" and o.layer == 0)
+    extra = op.hardware_flops_per_step - none.hardware_flops_per_step
+    per_layer = 2 * S * H * F * len(gemms) + attn.flops
+    assert extra == pytest.approx(4 * 4 * per_layer, rel=1e-9)  # 4 layers x 4 sequences
+
+
+def test_dot_saving_keeps_the_input_and_the_saved_gemm_outputs() -> None:
+    """``minimal``: input s·h and every GEMM's output (QKV s·3h, out_proj s·h, mlp_up s·F,
+    mlp_down s·h) in bf16; the attention output is re-run, not kept. ``save_dot_except_mlp``
+    keeps neither MLP output."""
+    minimal = 2 * S * (H + 3 * H + H + F + H)
+    assert _layer_saved(recompute="selective", selective_recompute="gemm_outputs") == \
+        [pytest.approx(minimal, rel=1e-12)] * 4
+    assert _layer_saved(recompute="selective", selective_recompute="mlp") == \
+        [pytest.approx(minimal - 2 * S * (F + H), rel=1e-12)] * 4
+
+
+@pytest.mark.parametrize(("remat", "recompute", "policy"), [
+    ("remat_policy=minimal", "selective", "gemm_outputs"),
+    ("remat_policy=save_dot_except_mlpwi", "selective", "mlp_input"),
+    ("remat_policy: save_dot_except_mlp", "selective", "mlp"),
+    ("remat_policy=save_qkv_proj", "full", None),
+    ("remat_policy=qkv_proj_offloaded", "full", None),
+    ("remat_policy=full", "full", None),
+])
+def test_a_maxtext_row_runs_the_remat_policy_it_names(remat: str, recompute: str,
+                                                      policy: str | None) -> None:
+    row = {"case_id": "M1", "source": "AI-Hypercomputer/maxtext README",
+           "model": "Llama2-70B", "gpu_type": "TPU v5p", "num_gpus": "64", "tp": "1",
+           "pp": "1", "zero_fsdp": "FSDP(64)", "activation_recompute": remat,
+           "global_batch_size": "256", "micro_batch_size": "4", "seq_len": "4096",
+           "iteration_time_s": "10", "precision": "bf16"}
+    runs = [r for g in map_row(row).candidates for r in g]
+    assert {r.parallel.recompute for r in runs} == {recompute}
+    if policy is not None:
+        assert {r.parallel.selective_recompute for r in runs} == {policy}

@@ -148,6 +148,8 @@ READERS = {
     "pointwise_kernels": prose.read_pointwise_kernels,
     "block_layout": prose.read_block_layout,
     "loss_stage": prose.read_loss_stage,
+    "mlp_kind": prose.read_mlp_kind,
+    "remat_policy": prose.read_remat_policy,
     "sliding_window": prose.read_sliding_window,
 }
 

@@ -461,3 +461,40 @@ def test_a_stated_loss_stage_layout_balances_the_last_stage_and_says_so() -> Non
     assert not any(r.parallel.balance_loss_stage for g in plain.candidates for r in g)
     assert all(r.parallel.balance_loss_stage for g in stated.candidates for r in g)
     assert any("LM head and loss" in a for a in stated.assumptions)
+
+
+#: a row that gives its architecture in columns under a name no family list knows
+_COLUMN_ROW = {"case_id": "C1", "source": "a vendor blog", "model": "Acme 16B",
+               "num_layers": "32", "hidden_size": "4096", "num_heads": "32",
+               "ffn_size": "14336", "vocab_size": "32000", "seq_len": "2048",
+               "gpu_type": "H100-SXM5-80GB", "num_gpus": "8", "tp": "1", "pp": "1",
+               "global_batch_size": "64", "micro_batch_size": "1", "zero_fsdp": "0",
+               "tokens_per_s_per_gpu": "3000", "precision": "bf16"}
+
+
+@pytest.mark.parametrize(("extra", "mlp", "says"), [
+    ({}, "plain", None),
+    ({"notes": "SwiGLU activation"}, "gated", "MLP stated: gated"),
+    ({"notes": "GELU MLP, no SwiGLU"}, "plain", "MLP stated: plain"),
+    ({"source": "AI-Hypercomputer/maxtext configs/tpu/v5e/README.md"}, "gated",
+     "MLP not stated: gated (SwiGLU), the maxtext default"),
+    ({"model": "OLMo-2 16B"}, "gated", None),
+])
+def test_a_column_built_model_reads_its_mlp(extra: dict[str, str], mlp: str,
+                                            says: str | None) -> None:
+    """The MLP of a model built from its columns: stated in prose, else the family of its
+    name, else the framework's default (MaxText's base.yml is SwiGLU); the forward FLOPs per
+    token of the MLP are 2 x h x ffn per weight matrix: three for a gated MLP, two for a
+    plain one (closed form, 32 layers)."""
+    from codesign.workload.training import model_flops_per_sequence_fwd
+
+    case = map_row({**_COLUMN_ROW, **extra})
+    run = case.candidates[0][0]
+    assert run.model.mlp == mlp
+    assert (says is None and not any("MLP" in a for a in case.assumptions)) or \
+        says in case.assumptions
+    other = run.model_copy(update={"model": run.model.model_copy(
+        update={"mlp": "plain" if mlp == "gated" else "gated"})})
+    diff = model_flops_per_sequence_fwd(run) - model_flops_per_sequence_fwd(other)
+    per_matrix = 2 * 4096 * 14336 * 32 * 2048  # one h x ffn GEMM, all layers, one sequence
+    assert diff == pytest.approx(per_matrix if mlp == "gated" else -per_matrix, rel=1e-9)

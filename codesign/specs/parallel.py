@@ -81,13 +81,19 @@ class ParallelismSpec(Spec):
                                                             description="activation recompute",
                                                             json_schema_extra={
                                                                 "search": "switch", "order": 6})
-    selective_recompute: Literal["attention", "alternate_gemms"] = Field(
+    selective_recompute: Literal["attention", "alternate_gemms", "gemm_outputs", "mlp_input",
+                                 "mlp"] = Field(
         default="attention",
         description="what recompute selective recomputes: attention = the attention core "
                     "(Megatron-LM --recompute-granularity selective); alternate_gemms = "
                     "PyTorch op-level selective activation checkpointing as torchtitan's "
                     "'op' mode: every second GEMM of a layer and every non-GEMM operator, "
-                    "keeping the other GEMMs' and the attention outputs",
+                    "keeping the other GEMMs' and the attention outputs; gemm_outputs = JAX's "
+                    "dot-saving rematerialization (MaxText remat_policy minimal): every "
+                    "GEMM output kept, every other operator (attention core included) re-run; "
+                    "mlp_input = the same with the MLP's gate/up GEMMs re-run too (MaxText "
+                    "save_dot_except_mlpwi); mlp = the whole MLP re-run too "
+                    "(save_dot_except_mlp)",
         json_schema_extra={"column": False})
     recompute_num_layers: int | None = Field(
         default=None, ge=1,

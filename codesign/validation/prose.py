@@ -504,6 +504,31 @@ def read_block_layout(text: str) -> str | None:
     return _first_match(BLOCK_LAYOUT_PATTERNS, text.lower())
 
 
+#: (pattern, kind); first match wins. The MLP of a transformer block as papers, configs and
+#: model cards write it: a gated linear unit (Shazeer 2020, "GLU Variants Improve Transformer":
+#: SwiGLU / GeGLU / ReGLU, three weight matrices, ``ffn_size`` the width of each of gate and
+#: up; Hugging Face ``hidden_act: silu`` with ``gate_proj``; MaxText
+#: ``mlp_activations: [silu, linear]``; Megatron ``--swiglu``) or a plain two-matrix MLP (GPT-2/3,
+#: OPT, BLOOM, Falcon: GELU or ReLU; Nemotron's squared ReLU; Megatron without ``--swiglu``).
+#: Negations ("non-gated", "no GLU", "without SwiGLU") are read as plain first.
+MLP_KIND_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"non[- ]?gated|un[- ]?gated|(?:no|without|w/o)\s+(?:a\s+)?(?:gat\w+|swiglu|geglu|glu)\b"
+     r"|plain\s+(?:gelu\s+|relu\s+)?(?:mlp|ffn)|squared[- ]relu|relu\s*\^?\s*2\b|\brelu2\b"
+     r"|(?:gelu|relu)\s+(?:mlp|ffn|feed[- ]?forward|activation)|mlp_activations\s*[=:]\s*"
+     r"\[?\s*['\"]?(?:gelu|relu)['\"]?\s*\]", "plain"),
+    (r"\b(?:swi|ge|re|silu[- ]?)glu\b|swiglu|geglu|\bglu\b|gated[- ](?:linear[- ]unit|mlp|ffn"
+     r"|silu|gelu|feed[- ]?forward|activation)|silu[- ]gated|gelu[- ]gated|gate_proj"
+     r"|mlp_activations\s*[=:]\s*\[?\s*['\"]?(?:silu|gelu|relu)['\"]?\s*,\s*['\"]?linear"
+     r"|--swiglu\b|hidden_act\s*[=:]\s*['\"]?silu", "gated"),
+)
+
+
+def read_mlp_kind(text: str) -> str | None:
+    """``gated`` or ``plain`` as a row's prose describes its MLP (:data:`MLP_KIND_PATTERNS`);
+    ``None`` when it says nothing of it."""
+    return _first_match(MLP_KIND_PATTERNS, text.lower())
+
+
 #: (pattern, balanced); first match wins. A pipeline layout that counts the loss (LM head) as
 #: a layer of the last stage, as Megatron-Core writes it: ``account_for_loss_in_pipeline_split``
 #: ("the loss layer will be treated as a standard transformer layer in the context of
@@ -592,8 +617,15 @@ def read_switch(text: str) -> bool | None:
     return None
 
 
+#: MaxText policies that keep one projection's output and re-run the rest of the layer
+#: (``save_qkv_proj``, ``save_out_proj``, ``qkv_proj_offloaded``: ``get_remat_policy`` in
+#: MaxText's ``layers/decoders.py``): read as full recompute, the closest kind
+_ONE_PROJECTION_REMAT = (r"remat[_ ]policy\W+(?:save_qkv_proj|save_out_proj|qkv_proj_offloaded)"
+                         r"\b", "full")
+
 #: (pattern, recompute kind); first match wins
 RECOMPUTE_PATTERNS: tuple[tuple[str, str], ...] = (
+    _ONE_PROJECTION_REMAT,
     (r"selective|attention[- ]core|core attention|remat[_ ]policy\W+(?:minimal|save_\w+)"
      r"|\bminimal\b", "selective"),
     (r"^(?:no|none|off|false|disabled|0)\b|(?:no|without) (?:\w+ )?(?:recompute|"
@@ -606,6 +638,7 @@ RECOMPUTE_PATTERNS: tuple[tuple[str, str], ...] = (
 #: activation recomputation itself, JAX's rematerialization ("remat", MaxText's
 #: ``remat_policy``, PaLM's "rematerialization") included
 RECOMPUTE_PROSE_PATTERNS: tuple[tuple[str, str], ...] = (
+    _ONE_PROJECTION_REMAT,
     (r"selective (?:activation )?(?:recompute|recomputation|checkpointing)"
      r"|(?:sav|keep)(?:e|es|ing)\s+(?:the\s+)?activations\s+that\s+are\s+expensive"
      r"|(?:sav|keep)(?:e|es|ing)\s+(?:the\s+)?outputs?\s+of\s+(?:the\s+)?linear\s+layers"
@@ -617,6 +650,25 @@ RECOMPUTE_PROSE_PATTERNS: tuple[tuple[str, str], ...] = (
      r"|activation (?:recompute|recomputation|checkpointing)|gradient checkpointing",
      "full"),
 )
+
+
+#: (pattern, ``selective_recompute`` policy); first match wins. MaxText's dot-saving
+#: rematerialization policies (``get_remat_policy`` in its ``layers/decoders.py``):
+#: ``minimal`` (and ``minimal_offloaded``, ``minimal_with_context``) saves every projection's
+#: output (qkv, out, mlpwi, mlpwo) and re-runs the rest, the attention core included;
+#: ``save_dot_except_mlpwi`` re-runs the MLP input GEMMs too; ``save_dot_except_mlp`` and
+#: ``save_dot_with_context_except_mlp`` the whole MLP
+REMAT_POLICY_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"remat[_ ]policy\W+save_dot_except_mlpwi\b", "mlp_input"),
+    (r"remat[_ ]policy\W+save_dot_(?:with_context_)?except_mlp\b", "mlp"),
+    (r"remat[_ ]policy\W+minimal", "gemm_outputs"),
+)
+
+
+def read_remat_policy(text: str) -> str | None:
+    """The op-level ``selective_recompute`` policy a MaxText ``remat_policy`` names
+    (:data:`REMAT_POLICY_PATTERNS`); ``None`` when the text names none of them."""
+    return _first_match(REMAT_POLICY_PATTERNS, text.lower())
 
 
 def read_recompute(text: str) -> str | None:

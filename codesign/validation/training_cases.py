@@ -66,6 +66,7 @@ from codesign.validation.prose import (
     read_interleave,
     read_lora,
     read_loss_stage,
+    read_mlp_kind,
     read_mtp,
     read_nic_gbps,
     read_number,
@@ -74,6 +75,7 @@ from codesign.validation.prose import (
     read_pointwise_kernels,
     read_precision,
     read_recompute_layers,
+    read_remat_policy,
     read_seconds,
     read_seq_len,
     read_sliding_window,
@@ -234,7 +236,16 @@ def _other_measured(row: dict[str, str],
     return {col: value}, {col: cell}
 
 
-GATED_FAMILIES = ("llama", "qwen", "mixtral", "mistral", "oss", "deepseek")
+#: model families whose MLP is a gated linear unit (SwiGLU / GeGLU): Llama, Qwen, Mistral /
+#: Mixtral, gpt-oss, DeepSeek and Kimi, PaLM (Chowdhery et al. 2022, Sec. 2: SwiGLU), Gemma
+#: (GeGLU), OLMo, InternLM, Baichuan, Yi, StableLM 2, DBRX, Grok-1, Granite, Phi-3/4 and GLM
+#: (their Hugging Face configurations: a ``gate_proj`` or fused ``gate_up_proj``)
+GATED_FAMILIES = ("llama", "qwen", "mixtral", "mistral", "oss", "deepseek", "kimi", "palm",
+                  "gemma", "olmo", "internlm", "baichuan", "yi-", "stablelm", "dbrx", "grok",
+                  "granite", "phi-3", "phi3", "phi-4", "phi4", "glm")
+#: frameworks whose unnamed (synthetic) models have a gated MLP by default: MaxText's
+#: ``base.yml`` (``mlp_activations: ["silu", "linear"]``, SwiGLU)
+GATED_BY_DEFAULT = ("maxtext",)
 
 
 def model_of(row: dict[str, str], framework: str, notes: list[str]) -> ModelSpec:
@@ -297,7 +308,17 @@ def _model_of(row: dict[str, str], framework: str, notes: list[str]) -> ModelSpe
     except SpecError:
         pass
     name = row["model"].lower()
-    gated = any(f in name for f in GATED_FAMILIES)
+    stated_mlp = read_mlp_kind(_prose(row))
+    family = next((f for f in GATED_FAMILIES if f in name), None)
+    if stated_mlp is not None:
+        gated = stated_mlp == "gated"
+        notes.append(f"MLP stated: {stated_mlp}")
+    elif family is not None:
+        gated = True
+    else:
+        gated = framework in GATED_BY_DEFAULT
+        if gated:
+            notes.append(f"MLP not stated: gated (SwiGLU), the {framework} default")
     ffn = int_cell(row, "ffn_size")
     if ffn is None:
         ffn = 4 * hidden
@@ -373,9 +394,17 @@ DEFAULT_ZERO = {"megatron-2021": 0, "megatron-core": 1, "llama3": 2, "mosaicml":
                 "torchtitan": 3, "maxtext": 3, "deepspeed": 1}
 
 
+#: a qualifier in parentheses or brackets after a model's name: Megatron-Bridge's tables write
+#: "Qwen3_30B_a3B (tokendrop)", "DeepSeekV3 (w/o MTP)", "DeepSeekV3 (dropless)"
+_NAME_QUALIFIER = re.compile(r"[(\[]([^()\[\]]+)[)\]]")
+
+
 def _prose(row: dict[str, str]) -> str:
-    """The row's free-text cells (notes, other measurements), joined."""
-    return row_text(row, ("notes", "other_measured"), lower=False)
+    """The row's free-text cells (notes, other measurements) and the qualifiers its model
+    name carries in parentheses (:data:`_NAME_QUALIFIER`), joined."""
+    qualifiers = " ".join(_NAME_QUALIFIER.findall(row.get("model", "")))
+    return " ".join(t for t in (row_text(row, ("notes", "other_measured"), lower=False),
+                                qualifiers) if t)
 
 
 def _stated(row: dict[str, str], col: str) -> int | None:
@@ -861,7 +890,28 @@ def _row_settings(row: dict[str, str], fw: str, tp: int, sp: bool, gpu: GpuSpec,
             **_kernel_settings(row, notes),
             **_layout_settings(row, notes),
             **_gradient_settings(row, fw, notes),
-            **_tp_overlap_settings(row, fw, tp, sp, notes)}
+            **_tp_overlap_settings(row, fw, tp, sp, notes),
+            **_remat_settings(row, fw, notes)}
+
+
+def _remat_settings(row: dict[str, str], fw: str, notes: list[str]) -> dict[str, Any]:
+    """What selective recompute re-runs, where the row names a JAX / MaxText dot-saving
+    policy (:func:`~codesign.validation.prose.read_remat_policy`: ``remat_policy: minimal``
+    keeps every projection's output, ``save_dot_except_mlpwi`` re-runs the MLP input GEMMs,
+    ``save_dot_except_mlp`` the whole MLP); a MaxText row's unnamed selective recompute is
+    ``minimal``'s, the dot-saving kind its policies share. Applies when the recompute the
+    run gets is selective (stated, or chosen to fit)."""
+    stated = read_remat_policy(row_text(row, ("activation_recompute", "notes",
+                                               "other_measured"), lower=False))
+    if stated is not None:
+        notes.append(f"selective recompute, where it applies, re-runs every operator but the "
+                     f"GEMMs the row's remat_policy saves ({stated})")
+        return {"selective_recompute": stated}
+    if fw == "maxtext":
+        notes.append("selective recompute, where it applies, is MaxText's dot-saving "
+                     "remat_policy minimal: every projection's output kept, the rest re-run")
+        return {"selective_recompute": "gemm_outputs"}
+    return {}
 
 
 def _tp_overlap_settings(row: dict[str, str], fw: str, tp: int, sp: bool,

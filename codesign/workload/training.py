@@ -8,7 +8,8 @@ Recompute inserts forward operators (category ``recompute``) before the backward
 (full; with ``recompute_num_layers`` N only the first N layers of each model chunk, the others
 keep their activations), of its attention core (selective), or of every second GEMM and
 the memory-bound operators (selective with ``selective_recompute`` alternate_gemms, PyTorch's
-op-level checkpointing). ZeRO-3/FSDP adds per-layer
+op-level checkpointing), or of every operator but the GEMMs whose outputs a dot-saving policy
+keeps (``gemm_outputs``, ``mlp_input``, ``mlp``: JAX / MaxText). ZeRO-3/FSDP adds per-layer
 parameter all-gathers and gradient reduce-scatters on the data-parallel group.
 """
 
@@ -219,6 +220,48 @@ SAC_SAVED_COMMS = ("reduce_scatter", "all_to_all")
 SAVED_ACTIVATION_BYTES = DTYPE_BYTES["bf16"]
 
 
+#: a layer's MLP input GEMMs (gate and up, fused in codesign's templates; dense, routed and
+#: shared experts): MaxText's ``mlpwi`` (``wi_0`` / ``wi_1``)
+MLP_INPUT_GEMMS = ("mlp_up", "expert_up", "shared_up")
+#: its MLP output GEMMs (``wo``)
+MLP_OUTPUT_GEMMS = ("mlp_down", "expert_down", "shared_down")
+
+
+def gemm_output_recompute(temps: Sequence[OpTemplate],
+                          recomputed_gemms: Sequence[str] = ()) -> tuple[bool, ...]:
+    """Which of a layer's forward operators JAX's dot-saving rematerialization policies
+    recompute: every operator but the GEMMs (MaxText ``remat_policy: minimal``, JAX
+    ``checkpoint_dots_with_no_batch_dims``: matmuls with weights keep their outputs; the
+    attention core's batched matmuls, norms, activations and rotary embeddings re-run), and the
+    GEMMs named in ``recomputed_gemms`` too (``save_dot_except_mlpwi``: the MLP input GEMMs,
+    :data:`MLP_INPUT_GEMMS`; ``save_dot_except_mlp``: the whole MLP). Collectives follow the
+    op-level rule of :func:`alternate_gemm_recompute` (reduce-scatters and all-to-alls kept)."""
+    out: list[bool] = []
+    for t in temps:
+        if t.kind == "gemm":
+            out.append(t.name in recomputed_gemms)
+        elif t.kind == "comm":
+            out.append((t.comm or t.comm_bwd) not in SAC_SAVED_COMMS)
+        else:
+            out.append(True)
+    return tuple(out)
+
+
+#: the GEMMs each dot-saving policy (``selective_recompute``) re-runs
+DOT_POLICY_GEMMS: dict[str, tuple[str, ...]] = {
+    "gemm_outputs": (), "mlp_input": MLP_INPUT_GEMMS,
+    "mlp": MLP_INPUT_GEMMS + MLP_OUTPUT_GEMMS}
+
+
+def op_level_recompute(temps: Sequence[OpTemplate], policy: str) -> tuple[bool, ...]:
+    """The forward operators an op-level ``selective_recompute`` policy re-runs:
+    ``alternate_gemms`` (:func:`alternate_gemm_recompute`) or a dot-saving policy
+    (:data:`DOT_POLICY_GEMMS`, :func:`gemm_output_recompute`)."""
+    if policy == "alternate_gemms":
+        return alternate_gemm_recompute(temps)
+    return gemm_output_recompute(temps, DOT_POLICY_GEMMS[policy])
+
+
 def alternate_gemm_recompute(temps: Sequence[OpTemplate]) -> tuple[bool, ...]:
     """Which of a layer's forward operators PyTorch's op-level selective activation
     checkpointing recomputes (torchtitan ``SelectiveAC``, "save all compute/comm ops, except
@@ -337,7 +380,7 @@ class ChunkBinder:
             temps = _layer_templates(run, kind)
             fwd = [_bind(t, env, 0, prec, self.prec, self.scaling) for t in temps]
             bwd = [backward_of(o, t) for o, t in zip(fwd, temps, strict=True)]
-            if p.recompute == "selective" and p.selective_recompute == "alternate_gemms":
+            if p.recompute == "selective" and p.selective_recompute != "attention":
                 saved = alternate_gemm_saved(fwd, self.alternate_gemms(kind),
                                              self.layer_input_bytes)
             else:
@@ -351,9 +394,11 @@ class ChunkBinder:
         return self._bound[key]
 
     def alternate_gemms(self, kind: str) -> tuple[bool, ...]:
-        """:func:`alternate_gemm_recompute` of the layer kind's templates (once per kind)."""
+        """:func:`op_level_recompute` of the layer kind's templates under the plan's
+        ``selective_recompute`` (once per kind)."""
         if kind not in self._again:
-            self._again[kind] = alternate_gemm_recompute(_layer_templates(self.run, kind))
+            self._again[kind] = op_level_recompute(_layer_templates(self.run, kind),
+                                                   self.run.parallel.selective_recompute)
         return self._again[kind]
 
     def _reversed_backward(self, kind: str, dtype: str | None) -> list[Op]:
@@ -419,7 +464,7 @@ class ChunkBinder:
         lsaved_list: list[tuple[int, float]] = []
         frozen = 0.0
         selective = p.recompute == "selective"
-        op_level = selective and p.selective_recompute == "alternate_gemms"
+        op_level = selective and p.selective_recompute != "attention"
         attn_level = selective and not op_level
         if first:
             temps = embedding_template(layer_structure(run, "dense"))
