@@ -498,3 +498,41 @@ def test_a_column_built_model_reads_its_mlp(extra: dict[str, str], mlp: str,
     diff = model_flops_per_sequence_fwd(run) - model_flops_per_sequence_fwd(other)
     per_matrix = 2 * 4096 * 14336 * 32 * 2048  # one h x ffn GEMM, all layers, one sequence
     assert diff == pytest.approx(per_matrix if mlp == "gated" else -per_matrix, rel=1e-9)
+
+
+def test_conventional_ffn_widths() -> None:
+    """4h plain; LLaMA's 2/3 x 4h rounded up to 256 gated (7B: 11,008; 65B: 22,016)."""
+    from codesign.validation.training_cases import conventional_ffn
+
+    assert conventional_ffn(4096, gated=False) == 16384
+    assert conventional_ffn(4096, gated=True) == 11008
+    assert conventional_ffn(8192, gated=True) == 22016
+
+
+@pytest.mark.parametrize(("params_b", "want"), [("", 11008), ("6.7", 11008), ("9.0", None)])
+def test_an_ffn_width_left_out_comes_from_the_parameter_count(params_b: str,
+                                                              want: int | None) -> None:
+    """No ffn_size: LLaMA-7B's shape (32 x 4096, SwiGLU, 32k vocabulary) gets the conventional
+    gated width when params_B is absent or agrees (6.7B); a 9B count solves the width whose
+    parameter count is 9B (independently: each gated MLP unit of width adds 3h parameters per
+    layer)."""
+    from codesign.workload.params import param_counts
+
+    row = {**_COLUMN_ROW, "model": "LLaMA-7B", "ffn_size": "", "params_B": params_b}
+    case = map_row(row)
+    model = case.candidates[0][0].model
+    if want is not None:
+        assert model.ffn_hidden_size == want
+        assert "ffn_size not given: 11008 (2/3 of 4h, LLaMA's gated width)" in case.assumptions
+        return
+    at_11008 = param_counts(model.model_copy(update={"ffn_hidden_size": 11008})).total
+    solved = 11008 + (9.0e9 - at_11008) / (3 * 4096 * 32)
+    assert abs(model.ffn_hidden_size - solved) <= 32  # rounded to 64
+    assert any(a.startswith(f"ffn_size not given: {model.ffn_hidden_size}, the width")
+               for a in case.assumptions)
+
+
+def test_a_head_count_left_out_is_hidden_over_128() -> None:
+    case = map_row({**_COLUMN_ROW, "num_heads": ""})
+    assert case.candidates[0][0].model.num_heads == 4096 // 128
+    assert any(a.startswith("num_heads not given: 32") for a in case.assumptions)

@@ -86,6 +86,7 @@ from codesign.validation.prose import (
 )
 from codesign.validation.recompute import apply_choice, recompute_choices, stated_recompute
 from codesign.workload.dims import plan_problems
+from codesign.workload.params import param_counts
 
 T = TypeVar("T")
 
@@ -287,6 +288,11 @@ def _model_of(row: dict[str, str], framework: str, notes: list[str]) -> ModelSpe
     layers, hidden = int_cell(row, "num_layers"), int_cell(row, "hidden_size")
     heads = int_cell(row, "num_heads")
     seq = _seq_len(row, notes)
+    if layers and hidden and not heads and _catalog_model(row["model"]) is None \
+            and hidden % DEFAULT_HEAD_DIM == 0:
+        heads = hidden // DEFAULT_HEAD_DIM
+        notes.append(f"num_heads not given: {heads} (head dimension {DEFAULT_HEAD_DIM}, the "
+                     "common choice since GPT-3's larger models and Llama)")
     if not (layers and hidden and heads):
         try:  # the architecture columns are empty: the catalog model of that name
             cat = load_model(row["model"])
@@ -319,25 +325,83 @@ def _model_of(row: dict[str, str], framework: str, notes: list[str]) -> ModelSpe
         gated = framework in GATED_BY_DEFAULT
         if gated:
             notes.append(f"MLP not stated: gated (SwiGLU), the {framework} default")
-    ffn = int_cell(row, "ffn_size")
-    if ffn is None:
-        ffn = 4 * hidden
-        notes.append("ffn_size not given: 4h (standard GPT block)")
-    vocab = int_cell(row, "vocab_size")
-    if vocab is None:
-        vocab = 51200
-        notes.append("vocab_size not given: 51200 (GPT-2 BPE padded, Megatron default)")
     moe = None
     experts, top_k, eff = (int_cell(row, "moe_experts"), int_cell(row, "moe_top_k"),
                            int_cell(row, "moe_expert_ffn"))
     if experts and top_k and eff:
         moe = MoESpec(num_experts=experts, top_k=top_k, expert_ffn_hidden_size=eff)
-    return ModelSpec(
+    ffn = int_cell(row, "ffn_size")
+    if ffn is None:
+        ffn = 4 * hidden
+        if moe is not None:
+            notes.append("ffn_size not given: 4h (standard GPT block)")
+    vocab = int_cell(row, "vocab_size")
+    if vocab is None:
+        vocab = 51200
+        notes.append("vocab_size not given: 51200 (GPT-2 BPE padded, Megatron default)")
+    spec = ModelSpec(
         name=row["model"], num_layers=layers, hidden_size=hidden, num_heads=heads,
         num_kv_heads=int_cell(row, "num_kv_heads") or heads, ffn_hidden_size=ffn,
         vocab_size=vocab, seq_len=seq, mlp="gated" if gated else "plain",
         norm="rmsnorm" if gated else "layernorm",
         position_embedding="learned" if framework == "megatron-2021" else "rope", moe=moe)
+    if int_cell(row, "ffn_size") is None and moe is None:
+        return _ffn_from_params(spec, row, notes)
+    return spec
+
+
+#: the head dimension a model built from columns without a head count gets
+DEFAULT_HEAD_DIM = 128
+#: the granularity an FFN width solved from a parameter count is rounded to
+FFN_ROUNDING = 64
+
+
+def _catalog_model(name: str) -> ModelSpec | None:
+    try:
+        return load_model(name)
+    except SpecError:
+        return None
+
+
+def conventional_ffn(hidden: int, gated: bool) -> int:
+    """The MLP width a transformer of width ``hidden`` conventionally has: 4h for a plain MLP
+    (GPT-2/3), 2/3 of 4h rounded up to a multiple of 256 for a gated one (LLaMA, Touvron et
+    al. 2023, Sec. 2.2: "a dimension of 2/3 4d instead of 4d"; its ``multiple_of`` 256)."""
+    return 4 * hidden if not gated else -(-8 * hidden // (3 * 256)) * 256
+
+
+#: how far a stated parameter count may sit from the conventional width's before the width is
+#: solved from it instead: counts are written to two or three significant figures ("1.7B",
+#: "70B") and exclude or include embeddings by the authors' habit
+PARAMS_TOLERANCE = 0.10
+
+
+def _ffn_from_params(spec: ModelSpec, row: dict[str, str], notes: list[str]) -> ModelSpec:
+    """A dense model built from columns without an FFN width: the conventional width
+    (:func:`conventional_ffn`) when the row's ``params_B`` is within
+    :data:`PARAMS_TOLERANCE` of its parameter count (or the row states none), else the width
+    whose parameter count (:func:`~codesign.workload.params.param_counts`, linear in it)
+    matches ``params_B``, rounded to :data:`FFN_ROUNDING`, when that lies between h and 8h."""
+    h, gated = spec.hidden_size, spec.mlp == "gated"
+    conv = spec.model_copy(update={"ffn_hidden_size": conventional_ffn(h, gated)})
+    rule = "2/3 of 4h, LLaMA's gated width" if gated else "4h, standard GPT block"
+    stated = read_number(row.get("params_B", ""))
+    total = param_counts(conv).total
+    if stated is None or stated.value <= 0 or \
+            abs(total / (stated.value * 1e9) - 1) <= PARAMS_TOLERANCE:
+        notes.append(f"ffn_size not given: {conv.ffn_hidden_size} ({rule})")
+        return conv
+    base = param_counts(spec.model_copy(update={"ffn_hidden_size": h})).total
+    slope = (param_counts(spec.model_copy(update={"ffn_hidden_size": 2 * h})).total - base) / h
+    ffn = round((h + (stated.value * 1e9 - base) / slope) / FFN_ROUNDING) * FFN_ROUNDING
+    if not h <= ffn <= 8 * h:
+        notes.append(f"ffn_size not given: {conv.ffn_hidden_size} ({rule}; params_B "
+                     f"{stated.value:g}B fits no MLP width between h and 8h)")
+        return conv
+    notes.append(f"ffn_size not given: {ffn}, the width whose parameter count matches the "
+                 f"row's params_B {stated.value:g}B ({spec.mlp} MLP; {rule} would give "
+                 f"{total / 1e9:.3g}B)")
+    return spec.model_copy(update={"ffn_hidden_size": ffn})
 
 
 def _seq_len(row: dict[str, str], notes: list[str]) -> int | None:
