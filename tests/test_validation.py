@@ -536,3 +536,32 @@ def test_a_head_count_left_out_is_hidden_over_128() -> None:
     case = map_row({**_COLUMN_ROW, "num_heads": ""})
     assert case.candidates[0][0].model.num_heads == 4096 // 128
     assert any(a.startswith("num_heads not given: 32") for a in case.assumptions)
+
+
+def test_a_searched_row_no_plan_fits_is_timed_at_the_smallest_memory_that_fits() -> None:
+    """Llama 2 70B with ZeRO-1 on 16 A100-40GB fits no plan in codesign's memory estimate but
+    some in a larger memory; the measured run fitted, so the fastest plan that fits the
+    smallest larger memory is timed without the HBM check and says so: its estimate exceeds
+    the part's HBM and stays within that factor of it. On 4 GPUs nothing fits even 4x (mixed-
+    precision Adam's 16 bytes per parameter over 4 GPUs are 260 GiB each, over 4 x 40 GiB)
+    and the row names why."""
+    from codesign.validation.runner import run_case
+    from codesign.validation.training_cases import MEMORY_DOUBT_FACTORS
+
+    row = {"case_id": "D1", "source": "a blog, 2024", "model": "Llama-2-70B",
+           "gpu_type": "A100-SXM4-40GB", "num_gpus": "16", "tp": "", "pp": "",
+           "global_batch_size": "64", "seq_len": "4096", "tokens_per_s_per_gpu": "300",
+           "precision": "bf16", "zero_fsdp": "ZeRO-1"}
+    case = map_row(row)
+    assert not case.memory_checked
+    factor = next(f for f in MEMORY_DOUBT_FACTORS if f"fits {f:g}x that" in
+                  " ".join(case.assumptions))
+    (run,) = case.candidates[0]
+    assert run.gpu.memory_bytes == load_gpu("a100-40gb").memory_bytes  # the real part
+    checked = simulate_run(run)
+    assert not checked.feasible and "out of memory" in (checked.reason or "")
+    need = (checked.memory_gib or {})["total"] * 2**30
+    assert run.gpu.memory_bytes < need <= factor * run.gpu.memory_bytes
+    assert run_case(case).status == "ok"
+    with pytest.raises(Unsupported, match="no plan fits"):
+        map_row({**row, "num_gpus": "4"})

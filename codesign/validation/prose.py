@@ -529,6 +529,27 @@ def read_mlp_kind(text: str) -> str | None:
     return _first_match(MLP_KIND_PATTERNS, text.lower())
 
 
+#: an attention head's dimension as configs and papers state it: "head_dim 128", "head
+#: dimension of 256", Megatron's ``--kv-channels 128``, "128-dimensional heads", Hugging Face
+#: ``head_dim: 64``; group 1 (or 2) is its value
+_HEAD_DIM = re.compile(r"head[_ ]?dim(?:ension)?s?\s*(?:of|=|:|is)?\s*(\d{2,4})\b"
+                       r"|kv[-_ ]channels\s*[=: ]\s*(\d{2,4})\b"
+                       r"|\b(\d{2,4})[- ]dim(?:ensional)?\s+(?:attention\s+)?heads\b")
+#: the head dimensions accepted (a number outside is another quantity)
+HEAD_DIM_RANGE = (16, 1024)
+
+
+def read_head_dim(text: str) -> int | None:
+    """The attention head dimension a row's prose states (:data:`_HEAD_DIM`), ``None`` when
+    it states none in :data:`HEAD_DIM_RANGE`."""
+    m = _HEAD_DIM.search(text.lower())
+    if m is None:
+        return None
+    value = int(next(g for g in m.groups() if g))
+    lo, hi = HEAD_DIM_RANGE
+    return value if lo <= value <= hi else None
+
+
 #: (pattern, balanced); first match wins. A pipeline layout that counts the loss (LM head) as
 #: a layer of the last stage, as Megatron-Core writes it: ``account_for_loss_in_pipeline_split``
 #: ("the loss layer will be treated as a standard transformer layer in the context of

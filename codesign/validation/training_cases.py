@@ -42,6 +42,7 @@ from codesign.specs.gpu import GpuSpec
 from codesign.specs.model import ModelSpec, MoESpec
 from codesign.specs.parallel import ParallelismSpec
 from codesign.specs.run import TrainingRun
+from codesign.units import GiB
 from codesign.validation.csvrows import device_count, int_cell, row_text
 from codesign.validation.csvrows import read_rows as _read_rows
 from codesign.validation.plan_rules import (
@@ -63,6 +64,7 @@ from codesign.validation.prose import (
     read_fp8_recipe,
     read_global_batch,
     read_grad_reduce_in_fp32,
+    read_head_dim,
     read_interleave,
     read_lora,
     read_loss_stage,
@@ -116,6 +118,17 @@ class MappedCase:
     measurement: Measurement
     assumptions: tuple[str, ...] = field(default=())
     stated: tuple[str, ...] = field(default=())  # the plan cells as the row states them
+    #: False when no plan fits codesign's memory estimate and the runs are the fastest that fit
+    #: a larger memory (:data:`MEMORY_DOUBT_FACTORS`): they are timed without the HBM check
+    memory_checked: bool = True
+
+
+#: how much larger than the part's HBM a searched row's memory may be taken to be, tried in
+#: order, when no plan fits codesign's estimate: the run was measured, so it fitted, and the
+#: estimate is the part in doubt (optimizer-state and master-weight precision, allocator
+#: behaviour and offloading, which rows rarely state: a 915B-parameter model on 256 32-GB
+#: chips, as MaxText's Trillium example, cannot hold FP32 Adam states at all)
+MEMORY_DOUBT_FACTORS = (1.25, 1.5, 2.0, 3.0, 4.0)
 
 
 class Unsupported(Exception):
@@ -339,8 +352,15 @@ def _model_of(row: dict[str, str], framework: str, notes: list[str]) -> ModelSpe
     if vocab is None:
         vocab = 51200
         notes.append("vocab_size not given: 51200 (GPT-2 BPE padded, Megatron default)")
+    head_dim = read_head_dim(_prose(row))
+    if head_dim is not None and head_dim * heads != hidden:
+        notes.append(f"head dimension stated: {head_dim} ({heads} heads x {head_dim} = "
+                     f"{heads * head_dim} query width, hidden {hidden})")
+    else:
+        head_dim = None
     spec = ModelSpec(
         name=row["model"], num_layers=layers, hidden_size=hidden, num_heads=heads,
+        head_dim=head_dim,
         num_kv_heads=int_cell(row, "num_kv_heads") or heads, ffn_hidden_size=ffn,
         vocab_size=vocab, seq_len=seq, mlp="gated" if gated else "plain",
         norm="rmsnorm" if gated else "layernorm",
@@ -813,13 +833,44 @@ def _searched_case(row: dict[str, str], fw: str, notes: list[str], measurement: 
     base = TrainingRun(model=model, gpu=gpu, topology=topo, num_gpus=n,
                        parallel=ParallelismSpec.parse({**plan, "zero_stage": stated["zero"]},
                                                       f"case {row['case_id']}"))
+    checked = True
     try:
         run, chosen = choose_with_batch(base, fixed, n, notes)
     except (InfeasiblePlan, SpecError) as exc:
-        raise Unsupported(f"tp/pp not stated and no plan fits: {exc}") from None
+        found = _fit_in_doubt(base, fixed, n, notes) if "out of memory" in str(exc) else None
+        if found is None:
+            raise Unsupported(f"tp/pp not stated and no plan fits: {exc}") from None
+        run, chosen = found
+        checked = False
     return MappedCase(case_id=row["case_id"], source=row.get("source", ""), framework=fw,
                       candidates=((run,),), candidate_notes=((),), measurement=measurement,
-                      assumptions=(*notes, *chosen), stated=stated_cells(row))
+                      assumptions=(*notes, *chosen), stated=stated_cells(row),
+                      memory_checked=checked)
+
+
+def _fit_in_doubt(base: TrainingRun, fixed: dict[str, Any], n: int,
+                  notes: list[str]) -> tuple[TrainingRun, tuple[str, ...]] | None:
+    """The fastest plan that fits the smallest of :data:`MEMORY_DOUBT_FACTORS` times the
+    part's memory, as a run on the real part (to be timed without the HBM check), noted;
+    ``None`` when none fits even the largest."""
+    gpu = base.gpu
+    for factor in MEMORY_DOUBT_FACTORS:
+        bigger = gpu.model_copy(update={
+            "hbm_capacity_GB": gpu.hbm_capacity_GB * factor,
+            "hbm_total_MiB": None if gpu.hbm_total_MiB is None else gpu.hbm_total_MiB * factor})
+        tried: list[str] = []
+        try:
+            run, chosen = choose_with_batch(base.model_copy(update={"gpu": bigger}), fixed, n,
+                                            tried)
+        except (InfeasiblePlan, SpecError):
+            continue
+        notes.extend(tried)
+        notes.append(f"no plan fits codesign's memory estimate in {gpu.memory_bytes / GiB:.0f} "
+                     f"GiB; the measured run fitted: the fastest plan that fits {factor:g}x "
+                     "that, timed without the HBM check (the estimate is in doubt: optimizer "
+                     "and master-weight precision, offloading)")
+        return run.model_copy(update={"gpu": gpu}), chosen
+    return None
 
 
 def _zero_stage(cell: str, fw: str, notes: list[str]) -> int:
