@@ -565,3 +565,23 @@ def test_a_searched_row_no_plan_fits_is_timed_at_the_smallest_memory_that_fits()
     assert run_case(case).status == "ok"
     with pytest.raises(Unsupported, match="no plan fits"):
         map_row({**row, "num_gpus": "4"})
+
+
+def test_a_stated_head_dimension_shapes_the_attention() -> None:
+    """hidden 4096, 128 heads of 256 (a 32,768-wide query, MaxText's Trillium MoE): the
+    attention core's forward FLOPs per sequence are 4 x s^2 x heads x head_dim per layer
+    (QK^T and PV over the full score matrix, codesign's convention; the causal kernel's
+    skipped half is priced in its time), eight times what hidden/heads = 32 gives."""
+    from codesign.workload.training import build_training_graph
+
+    row = {**_COLUMN_ROW, "num_heads": "128", "notes": "head_dim 256"}
+    case = map_row(row)
+    run = case.candidates[0][0]
+    assert run.model.head_dim == 256
+    assert any(a.startswith("head dimension stated: 256") for a in case.assumptions)
+    graph = build_training_graph(run)
+    attn = next(o for o in graph.chunks[0].forward if o.kind == "attention")
+    assert attn.flops == pytest.approx(4 * 2048**2 * 128 * 256, rel=1e-9)
+    plain = build_training_graph(map_row({**row, "notes": ""}).candidates[0][0])
+    assert attn.flops == pytest.approx(8 * next(
+        o for o in plain.chunks[0].forward if o.kind == "attention").flops, rel=1e-9)
