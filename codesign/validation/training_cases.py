@@ -319,13 +319,10 @@ def _model_of(row: dict[str, str], framework: str, notes: list[str]) -> ModelSpe
     if seq is None:
         seq = 2048
         notes.append("seq_len not given: 2048")
-    try:
-        cat = load_model(row["model"])
-        if cat.num_layers == layers and cat.hidden_size == hidden:
-            notes.append(f"model: catalog entry {cat.name}")
-            return cat.model_copy(update={"seq_len": seq})
-    except SpecError:
-        pass
+    known = _catalog_model(row["model"])
+    if known is not None and known.num_layers == layers and known.hidden_size == hidden:
+        notes.append(f"model: catalog entry {known.name}")
+        return known.model_copy(update={"seq_len": seq})
     name = row["model"].lower()
     stated_mlp = read_mlp_kind(_prose(row))
     family = next((f for f in GATED_FAMILIES if f in name), None)
@@ -377,6 +374,7 @@ FFN_ROUNDING = 64
 
 
 def _catalog_model(name: str) -> ModelSpec | None:
+    """The catalog model ``name`` resolves to, ``None`` when it names none."""
     try:
         return load_model(name)
     except SpecError:

@@ -285,8 +285,8 @@ def alternate_gemm_recompute(temps: Sequence[OpTemplate]) -> tuple[bool, ...]:
     return tuple(out)
 
 
-def alternate_gemm_saved(fwd: Sequence[Op], recomputed: Sequence[bool],
-                         layer_input: float) -> float:
+def op_level_saved(fwd: Sequence[Op], recomputed: Sequence[bool],
+                   layer_input: float) -> float:
     """Activation bytes one layer keeps under op-level selective checkpointing: its input
     (the checkpoint's own) and the outputs of the operators it does not recompute (a
     GEMM's m×n per kernel; attention's output = the next GEMM's input, m×k)."""
@@ -381,7 +381,7 @@ class ChunkBinder:
             fwd = [_bind(t, env, 0, prec, self.prec, self.scaling) for t in temps]
             bwd = [backward_of(o, t) for o, t in zip(fwd, temps, strict=True)]
             if p.recompute == "selective" and p.selective_recompute != "attention":
-                saved = alternate_gemm_saved(fwd, self.alternate_gemms(kind),
+                saved = op_level_saved(fwd, self.op_level_flags(kind),
                                              self.layer_input_bytes)
             else:
                 saved = sum(t.saved.evaluate(env) for t in temps
@@ -393,7 +393,7 @@ class ChunkBinder:
             self._bound[key] = (fwd, bwd, saved)
         return self._bound[key]
 
-    def alternate_gemms(self, kind: str) -> tuple[bool, ...]:
+    def op_level_flags(self, kind: str) -> tuple[bool, ...]:
         """:func:`op_level_recompute` of the layer kind's templates under the plan's
         ``selective_recompute`` (once per kind)."""
         if kind not in self._again:
@@ -490,7 +490,7 @@ class ChunkBinder:
             temps = _layer_templates(run, kind)
             # op-level checkpointing: which forward operators re-run (counted on the base
             # layer's GEMMs, so LoRA adapters share their base operator's flag)
-            again = self.alternate_gemms(kind) if op_level else ()
+            again = self.op_level_flags(kind) if op_level else ()
             if self.lora is not None:  # frozen base weights; the adapters are trained
                 origin, adapters = self._lora[(kind, self.prec if dtype is None else dtype)]
                 temps = tuple(temps[j] for j in origin)
