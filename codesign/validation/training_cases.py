@@ -301,30 +301,32 @@ def _model_of(row: dict[str, str], framework: str, notes: list[str]) -> ModelSpe
     layers, hidden = int_cell(row, "num_layers"), int_cell(row, "hidden_size")
     heads = int_cell(row, "num_heads")
     seq = _seq_len(row, notes)
-    if layers and hidden and not heads and _catalog_model(row["model"]) is None \
-            and hidden % DEFAULT_HEAD_DIM == 0:
+    try:  # the catalog model of that name, looked up once
+        known: ModelSpec | None = load_model(row["model"])
+        unknown = ""
+    except SpecError as exc:
+        known, unknown = None, str(exc)
+    if layers and hidden and not heads and known is None and hidden % DEFAULT_HEAD_DIM == 0:
         heads = hidden // DEFAULT_HEAD_DIM
         notes.append(f"num_heads not given: {heads} (head dimension {DEFAULT_HEAD_DIM}, the "
                      "common choice since GPT-3's larger models and Llama)")
-    if not (layers and hidden and heads):
-        try:  # the architecture columns are empty: the catalog model of that name
-            cat = load_model(row["model"])
-        except SpecError as exc:
+    if not (layers and hidden and heads):  # the architecture columns are empty
+        if known is None:
             raise Unsupported(f"model {row['model']!r}: architecture columns (num_layers, "
                               f"hidden_size, num_heads) empty and not a catalog model "
-                              f"({exc})") from None
-        notes.append(f"model: architecture not given, catalog entry {cat.name}"
-                     + ("" if seq else f" at its sequence length {cat.seq_len}"))
-        return cat.model_copy(update={"seq_len": seq or cat.seq_len})
+                              f"({unknown})")
+        notes.append(f"model: architecture not given, catalog entry {known.name}"
+                     + ("" if seq else f" at its sequence length {known.seq_len}"))
+        return known.model_copy(update={"seq_len": seq or known.seq_len})
     if seq is None:
         seq = 2048
         notes.append("seq_len not given: 2048")
-    known = _catalog_model(row["model"])
     if known is not None and known.num_layers == layers and known.hidden_size == hidden:
         notes.append(f"model: catalog entry {known.name}")
         return known.model_copy(update={"seq_len": seq})
     name = row["model"].lower()
-    stated_mlp = read_mlp_kind(_prose(row))
+    text = _prose(row)
+    stated_mlp = read_mlp_kind(text)
     family = next((f for f in GATED_FAMILIES if f in name), None)
     if stated_mlp is not None:
         gated = stated_mlp == "gated"
@@ -340,16 +342,15 @@ def _model_of(row: dict[str, str], framework: str, notes: list[str]) -> ModelSpe
                            int_cell(row, "moe_expert_ffn"))
     if experts and top_k and eff:
         moe = MoESpec(num_experts=experts, top_k=top_k, expert_ffn_hidden_size=eff)
-    ffn = int_cell(row, "ffn_size")
-    if ffn is None:
-        ffn = 4 * hidden
-        if moe is not None:
-            notes.append("ffn_size not given: 4h (standard GPT block)")
+    stated_ffn = int_cell(row, "ffn_size")
+    ffn = 4 * hidden if stated_ffn is None else stated_ffn
+    if stated_ffn is None and moe is not None:
+        notes.append("ffn_size not given: 4h (standard GPT block)")
     vocab = int_cell(row, "vocab_size")
     if vocab is None:
         vocab = 51200
         notes.append("vocab_size not given: 51200 (GPT-2 BPE padded, Megatron default)")
-    head_dim = read_head_dim(_prose(row))
+    head_dim = read_head_dim(text)
     if head_dim is not None and head_dim * heads != hidden:
         notes.append(f"head dimension stated: {head_dim} ({heads} heads x {head_dim} = "
                      f"{heads * head_dim} query width, hidden {hidden})")
@@ -362,7 +363,7 @@ def _model_of(row: dict[str, str], framework: str, notes: list[str]) -> ModelSpe
         vocab_size=vocab, seq_len=seq, mlp="gated" if gated else "plain",
         norm="rmsnorm" if gated else "layernorm",
         position_embedding="learned" if framework == "megatron-2021" else "rope", moe=moe)
-    if int_cell(row, "ffn_size") is None and moe is None:
+    if stated_ffn is None and moe is None:
         return _ffn_from_params(spec, row, notes)
     return spec
 
@@ -371,14 +372,6 @@ def _model_of(row: dict[str, str], framework: str, notes: list[str]) -> ModelSpe
 DEFAULT_HEAD_DIM = 128
 #: the granularity an FFN width solved from a parameter count is rounded to
 FFN_ROUNDING = 64
-
-
-def _catalog_model(name: str) -> ModelSpec | None:
-    """The catalog model ``name`` resolves to, ``None`` when it names none."""
-    try:
-        return load_model(name)
-    except SpecError:
-        return None
 
 
 def conventional_ffn(hidden: int, gated: bool) -> int:

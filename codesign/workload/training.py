@@ -381,8 +381,7 @@ class ChunkBinder:
             fwd = [_bind(t, env, 0, prec, self.prec, self.scaling) for t in temps]
             bwd = [backward_of(o, t) for o, t in zip(fwd, temps, strict=True)]
             if p.recompute == "selective" and p.selective_recompute != "attention":
-                saved = op_level_saved(fwd, self.op_level_flags(kind),
-                                             self.layer_input_bytes)
+                saved = op_level_saved(fwd, self.op_level_flags(kind), self.layer_input_bytes)
             else:
                 saved = sum(t.saved.evaluate(env) for t in temps
                             if not (p.recompute == "selective" and t.attn_core))
