@@ -923,15 +923,32 @@ MAX_PORT_GBPS = 800.0
 _IB_RATE = {"edr": "100", "hdr": "200", "ndr": "400", "xdr": "800"}
 
 
+#: a rate written in bytes ("50 GB/s", "25 GBps", "3.2 TB/s", "100 gigabytes per second"),
+#: which :func:`read_nic_gbps` turns into bits before the case is dropped: the abbreviation
+#: needs its capital ``B``, as "Gb/s", "Gbps", "Gbit/s" and a lower-case "gb/s" are bits, the
+#: way network rates are quoted
+_BYTE_RATE = re.compile(r"(\d+(?:\.\d+)?)\s*(?:([GTgt])B|(?i:([gt])(?:iga|era)?bytes?))"
+                        r"(?i:\s*/\s*s(?:ec)?\b|ps\b|\s+per\s+s(?:ec(?:ond)?)?\b)")
+
+
+def _bits(text: str) -> str:
+    """``text`` with every rate stated in bytes per second rewritten in bits (x8)."""
+    return _BYTE_RATE.sub(lambda m: f"{float(m.group(1)) * 8:g} "
+                          f"{(m.group(2) or m.group(3)).lower()}b/s", text)
+
+
 def read_nic_gbps(text: str, gpus_per_node: int) -> tuple[float, str] | None:
     """Scale-out bandwidth per GPU (Gb/s) a network cell states, with the note: "8x 200Gb/s
     HDR InfiniBand per node" -> 200 at 8 GPUs per node; "RoCE 400Gb/s per GPU" -> 400;
-    "1600 Gbps node-to-node RoCE" -> 200; "3200 Gbps EFA" -> 400; "200 Gbps InfiniBand" (a bare
-    adapter rate, :data:`MAX_PORT_GBPS`) -> 200. ``None`` when the cell says
+    "1600 Gbps node-to-node RoCE" -> 200; "3200 Gbps EFA" -> 400; "50 GB/s per GPU" (bytes,
+    :data:`_BYTE_RATE`) -> 400; "200 Gbps InfiniBand" (a bare adapter rate,
+    :data:`MAX_PORT_GBPS`) -> 200. ``None`` when the cell says
     it is not stated or gives no rate. Storage NICs ("+2 storage HCAs") are not counted."""
-    t = text.strip().lower()
+    bits = _bits(text.strip())
+    t = bits.lower()
     if not t or "not stated" in t or gpus_per_node < 1:
         return None
+    stated = " (stated in bytes/s: x8)" if bits != text.strip() else ""
     # InfiniBand generations name their rate: EDR 100, HDR 200, NDR 400, XDR 800 Gb/s
     t = re.sub(r"\b(edr|hdr|ndr|xdr)\s*(\d{3})?\b",
                lambda m: f"{m.group(2) or _IB_RATE[m.group(1)]}g ", t)
@@ -943,14 +960,15 @@ def read_nic_gbps(text: str, gpus_per_node: int) -> tuple[float, str] | None:
             count, rate, unit = int(m.group(1)), float(m.group(2)), m.group(3)
             per_node = count * rate * (1000.0 if unit == "t" else 1.0)
             return per_node / gpus_per_node, (f"network '{m.group(0)}' per node: "
-                                              f"{per_node / gpus_per_node:g} Gb/s per GPU")
+                                              f"{per_node / gpus_per_node:g} Gb/s per GPU"
+                                              f"{stated}")
         rate = float(m.group(1)) * (1000.0 if m.group(2) == "t" else 1.0)
         if scope == "port":  # a bare adapter rate: one adapter per GPU (MAX_PORT_GBPS)
             scope = "gpu" if rate <= MAX_PORT_GBPS else "node"
         if scope == "gpu":
-            return rate, f"network '{m.group(0)}': {rate:g} Gb/s per GPU"
+            return rate, f"network '{m.group(0)}': {rate:g} Gb/s per GPU{stated}"
         return rate / gpus_per_node, (f"network '{m.group(0)}' per node: "
-                                      f"{rate / gpus_per_node:g} Gb/s per GPU")
+                                      f"{rate / gpus_per_node:g} Gb/s per GPU{stated}")
     return None
 
 
