@@ -150,6 +150,7 @@ READERS = {
     "loss_stage": prose.read_loss_stage,
     "mlp_kind": prose.read_mlp_kind,
     "remat_policy": prose.read_remat_policy,
+    "recompute_modules": prose.read_recompute_modules,
     "head_dim": prose.read_head_dim,
     "sliding_window": prose.read_sliding_window,
 }

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, cast
+from typing import Any, Literal, cast, get_args
 
 from pydantic import Field, field_validator, model_validator
 
 from codesign.specs.base import Spec
+
+#: Megatron-Core's selective recompute modules (``recompute_modules``)
+RecomputeModule = Literal["core_attn", "mla_up_proj", "moe_act", "layernorm", "mlp", "moe",
+                          "shared_experts"]
+RECOMPUTE_MODULES: tuple[str, ...] = get_args(RecomputeModule)
 
 Dim = Literal["tp", "cp", "ep", "dp", "pp"]
 #: fused attention kernel families (:func:`codesign.hardware.compute.attention_fractions`)
@@ -82,7 +87,7 @@ class ParallelismSpec(Spec):
                                                             json_schema_extra={
                                                                 "search": "switch", "order": 6})
     selective_recompute: Literal["attention", "alternate_gemms", "gemm_outputs", "mlp_input",
-                                 "mlp"] = Field(
+                                 "mlp", "modules"] = Field(
         default="attention",
         description="what recompute selective recomputes: attention = the attention core "
                     "(Megatron-LM --recompute-granularity selective); alternate_gemms = "
@@ -93,7 +98,17 @@ class ParallelismSpec(Spec):
                     "GEMM output kept, every other operator (attention core included) re-run; "
                     "mlp_input = the same with the MLP's gate/up GEMMs re-run too (MaxText "
                     "save_dot_except_mlpwi); mlp = the whole MLP re-run too "
-                    "(save_dot_except_mlp)",
+                    "(save_dot_except_mlp); modules = the Megatron-Core modules named in "
+                    "recompute_modules",
+        json_schema_extra={"column": False})
+    recompute_modules: tuple[RecomputeModule, ...] = Field(
+        default=(),
+        description="with selective_recompute modules: the Megatron-Core submodules re-run in "
+                    "backward (--recompute-modules; Megatron-Bridge "
+                    "docs/training/activation-recomputation.md): core_attn, mla_up_proj (MLA "
+                    "Q/KV up-projections and RoPE), moe_act (the experts' activation), "
+                    "layernorm (input and pre-MLP norms), mlp (the dense MLP), moe (the whole "
+                    "MoE layer, dispatch included), shared_experts",
         json_schema_extra={"column": False})
     recompute_num_layers: int | None = Field(
         default=None, ge=1,
@@ -309,6 +324,9 @@ class ParallelismSpec(Spec):
         if self.fsdp and "zero_stage" in self.model_fields_set and self.zero_stage != 3:
             raise ValueError(f"fsdp (full sharding) is ZeRO stage 3; it contradicts zero_stage "
                              f"{self.zero_stage} (give one of them)")
+        if self.selective_recompute == "modules" and not self.recompute_modules:
+            raise ValueError("selective_recompute 'modules' needs recompute_modules (allowed: "
+                             f"{', '.join(RECOMPUTE_MODULES)})")
         if self.recompute_num_layers is not None and self.recompute != "full":
             raise ValueError(f"recompute_num_layers ({self.recompute_num_layers}) needs "
                              f"recompute full, got recompute {self.recompute}")

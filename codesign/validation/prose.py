@@ -692,6 +692,47 @@ def read_remat_policy(text: str) -> str | None:
     return _first_match(REMAT_POLICY_PATTERNS, text.lower())
 
 
+#: (pattern, Megatron-Core recompute module) for the module names a row's recompute prose
+#: gives: Megatron's labels (``recompute_modules: [layernorm, moe_act]``,
+#: ``--recompute-modules``) and papers' words ("recomputation of RMSNorm and MLA
+#: up-projection", DeepSeek-V3 Sec. 3.2.3)
+RECOMPUTE_MODULE_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"\bcore[_ ]attn\b|\bcore attention\b", "core_attn"),
+    (r"\bmla[_ ]up[_ ]?proj|\b(?:mla\s+)?up[- ]?projections?\b", "mla_up_proj"),
+    (r"\bmoe[_ ]act\b|\b(?:moe|expert)(?:'s)?\s+activations?(?:\s+functions?)?\b", "moe_act"),
+    (r"\b(?:rms|layer)[_ ]?norms?\b|\bnormali[sz]ations?\b", "layernorm"),
+    (r"\bshared[_ ]experts?\b", "shared_experts"),
+    (r"(?:^|[\s'\"\[,])mlp(?=\s*(?:['\"\],]|and\b|$))|\bdense mlp\b", "mlp"),
+    (r"(?:^|[\s'\"\[,])moe(?=\s*(?:['\"\],]|and\b|$))|\b(?:moe|expert) layers?\b", "moe"),
+)
+#: where a text names its recompute modules: Megatron's list after ``recompute_modules`` /
+#: ``--recompute-modules``, or the words after a recompute verb, to the end of the clause
+_MODULE_SPANS = (
+    r"recompute[-_ ]modules\W{0,4}([^;\n]{0,120})",
+    r"\b(?:recompute|recomputes|recomputed|recomputing|recomputation)\s+(?:of\s+)?"
+    r"(?:only\s+)?(?:all\s+)?(?:the\s+)?([^.;:\n]{0,100})",
+)
+
+
+def read_recompute_modules(text: str) -> tuple[str, ...] | None:
+    """The Megatron-Core recompute modules a text names (:data:`RECOMPUTE_MODULE_PATTERNS`,
+    in Megatron's order), or ``None`` when it names none, or only the attention core (plain
+    selective recompute, which :func:`read_recompute` reads)."""
+    low = f" {text.lower()} "
+    found: set[str] = set()
+    for span in _MODULE_SPANS:
+        for m in re.finditer(span, low):
+            words = f" {m.group(1)} "
+            found.update(module for pattern, module in RECOMPUTE_MODULE_PATTERNS
+                         if re.search(pattern, words))
+        if found:
+            break
+    if not found or found == {"core_attn"}:
+        return None
+    order = [module for _, module in RECOMPUTE_MODULE_PATTERNS]
+    return tuple(sorted(found, key=order.index))
+
+
 def read_recompute(text: str) -> str | None:
     """none / selective / full from a recompute cell ("full (uniform)", "activation
     checkpointing every layer", "selective (attention core only)"); ``None`` if not stated."""
@@ -979,6 +1020,7 @@ __all__ = [
     "FP8_ROWWISE",
     "NIC_PATTERNS",
     "RECOMPUTE_LAYERS_PATTERNS",
+    "RECOMPUTE_MODULE_PATTERNS",
     "RECOMPUTE_PATTERNS",
     "ZERO_PATTERNS",
     "Number",
@@ -998,6 +1040,7 @@ __all__ = [
     "read_precision",
     "read_recompute",
     "read_recompute_layers",
+    "read_recompute_modules",
     "read_seconds",
     "read_seq_len",
     "read_switch",

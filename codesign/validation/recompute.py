@@ -17,7 +17,12 @@ from dataclasses import dataclass
 from codesign.api import build_models, check_memory
 from codesign.errors import InfeasiblePlan
 from codesign.specs.run import TrainingRun
-from codesign.validation.prose import read_recompute, read_recompute_layers, read_recompute_prose
+from codesign.validation.prose import (
+    read_recompute,
+    read_recompute_layers,
+    read_recompute_modules,
+    read_recompute_prose,
+)
 from codesign.workload.dims import largest_chunk_layers
 
 
@@ -34,10 +39,14 @@ class RecomputeChoice:
 
 def stated_recompute(cell: str, notes_text: str) -> str | None:
     """The recompute a row states: its ``activation_recompute`` cell, else (the cell empty,
-    "not stated" or unreadable) its free text's
-    (:func:`~codesign.validation.prose.read_recompute_prose`: "with rematerialization",
-    "remat_policy: minimal"); ``None`` when neither states one."""
+    "not stated" or unreadable) selective when the row names Megatron-Core recompute modules
+    (:func:`~codesign.validation.prose.read_recompute_modules`: "recompute_modules:
+    [layernorm, moe_act]", "recomputation of RMSNorm and MLA up-projection"), else its free
+    text's (:func:`~codesign.validation.prose.read_recompute_prose`: "with
+    rematerialization", "remat_policy: minimal"); ``None`` when none states one."""
     kind = read_recompute(cell)
+    if kind is None and read_recompute_modules(f"{cell} {notes_text}") is not None:
+        return "selective"
     return read_recompute_prose(notes_text) if kind is None else kind
 
 

@@ -77,6 +77,7 @@ from codesign.validation.prose import (
     read_pointwise_kernels,
     read_precision,
     read_recompute_layers,
+    read_recompute_modules,
     read_remat_policy,
     read_seconds,
     read_seq_len,
@@ -1001,14 +1002,20 @@ def _row_settings(row: dict[str, str], fw: str, tp: int, sp: bool, gpu: GpuSpec,
 
 
 def _remat_settings(row: dict[str, str], fw: str, notes: list[str]) -> dict[str, Any]:
-    """What selective recompute re-runs, where the row names a JAX / MaxText dot-saving
+    """What selective recompute re-runs, where the row names Megatron-Core recompute modules
+    (:func:`~codesign.validation.prose.read_recompute_modules`) or a JAX / MaxText dot-saving
     policy (:func:`~codesign.validation.prose.read_remat_policy`: ``remat_policy: minimal``
     keeps every projection's output, ``save_dot_except_mlpwi`` re-runs the MLP input GEMMs,
     ``save_dot_except_mlp`` the whole MLP); a MaxText row's unnamed selective recompute is
     ``minimal``'s, the dot-saving kind its policies share. Applies when the recompute the
     run gets is selective (stated, or chosen to fit)."""
-    stated = read_remat_policy(row_text(row, ("activation_recompute", "notes",
-                                               "other_measured"), lower=False))
+    text = row_text(row, ("activation_recompute", "notes", "other_measured"), lower=False)
+    stated = read_remat_policy(text)
+    modules = read_recompute_modules(text) if stated is None else None
+    if modules is not None:
+        notes.append(f"selective recompute, where it applies, re-runs the Megatron-Core "
+                     f"modules the row names: {', '.join(modules)}")
+        return {"selective_recompute": "modules", "recompute_modules": modules}
     if stated is not None:
         notes.append(f"selective recompute, where it applies, re-runs every operator but the "
                      f"GEMMs the row's remat_policy saves ({stated})")

@@ -253,12 +253,99 @@ DOT_POLICY_GEMMS: dict[str, tuple[str, ...]] = {
     "mlp": MLP_INPUT_GEMMS + MLP_OUTPUT_GEMMS}
 
 
-def op_level_recompute(temps: Sequence[OpTemplate], policy: str) -> tuple[bool, ...]:
+#: the operators (template names) each Megatron-Core recompute module re-runs in backward
+#: (``--recompute-modules``; Megatron-Bridge docs/training/activation-recomputation.md):
+#: ``core_attn`` the attention core (with its context-parallel gather), ``mla_up_proj`` MLA's
+#: Q/KV up-projections and RoPE, ``moe_act`` the experts' activation, ``layernorm`` the input
+#: and pre-MLP norms, ``mlp`` the dense MLP, ``moe`` the whole MoE layer (routing, dispatch,
+#: experts, combine; its shared experts too), ``shared_experts`` the shared-expert MLP
+MODULE_OPS: dict[str, frozenset[str]] = {
+    "core_attn": frozenset({"attention", "cp_kv_gather"}),
+    "mla_up_proj": frozenset({"q_up", "kv_up", "rope"}),
+    "moe_act": frozenset({"expert_act"}),
+    "layernorm": frozenset({"attn_norm", "mlp_norm", "moe_norm", "mamba_norm"}),
+    "mlp": frozenset({"mlp_tp_in", "mlp_up", "mlp_act", "mlp_down", "mlp_tp_out"}),
+    "moe": frozenset({"router", "router_topk", "permute", "tokens_per_expert_sync", "dispatch",
+                      "expert_up", "expert_act", "expert_down", "combine", "unpermute",
+                      "shared_tp_in", "shared_up", "shared_act", "shared_down",
+                      "shared_tp_out"}),
+    "shared_experts": frozenset({"shared_tp_in", "shared_up", "shared_act", "shared_down",
+                                 "shared_tp_out"}),
+}
+#: modules Megatron-Core checkpoints by discarding their output (``CheckpointWithoutOutput``:
+#: the output is freed after its consumer ran and recomputed before the consumer's
+#: backward); the others are checkpointed whole (only the submodule's input is kept)
+OUTPUT_DISCARDING = frozenset({"moe_act", "layernorm", "mla_up_proj"})
+
+
+def _module_ops(temps: Sequence[OpTemplate], module: str) -> frozenset[str]:
+    """:data:`MODULE_OPS` of ``module`` in a layer of ``temps``: ``mla_up_proj`` applies to
+    MLA layers only (a plain attention layer's RoPE stays)."""
+    if module == "mla_up_proj" and not any(t.name == "kv_up" for t in temps):
+        return frozenset()
+    return MODULE_OPS[module]
+
+
+def module_recompute(temps: Sequence[OpTemplate],
+                     modules: Sequence[str]) -> tuple[bool, ...]:
+    """Which of a layer's forward operators the Megatron-Core ``recompute_modules`` re-run
+    (:data:`MODULE_OPS`)."""
+    names = frozenset().union(*(_module_ops(temps, m) for m in modules))
+    return tuple(t.name in names for t in temps)
+
+
+def module_saved(temps: Sequence[OpTemplate], fwd: Sequence[Op], env: Mapping[str, float],
+                 modules: Sequence[str], layer_input: float) -> float:
+    """Activation bytes one layer keeps under Megatron-Core's ``recompute_modules``: what it
+    keeps without recompute (each operator's saved inputs) less what the modules free, and
+    at least the layer's input.
+
+    A module checkpointed whole frees the saved inputs of its operators but the first that
+    computes (the submodule's input stays; ``core_attn`` frees the attention core's, as
+    selective recompute does). An output-discarding module (:data:`OUTPUT_DISCARDING`) frees
+    its operators' outputs: a GEMM's ``m×n``; a memory-bound operator's output is what the
+    next GEMM saves as its input (a norm's, an activation's), else taken equal to its own
+    saved input (RoPE).
+    ASSUMPTION: an output is freed once, however many operators read it (a MoE norm's output
+    feeds the router, the permutation and the shared experts)."""
+    saved = [t.saved.evaluate(env) for t in temps]
+    freed = 0.0
+    whole: set[int] = set()
+    for m in modules:
+        if m in OUTPUT_DISCARDING:
+            continue
+        names = _module_ops(temps, m)
+        idx = [i for i, t in enumerate(temps) if t.name in names]
+        # the submodule's input: the saved input of its first operator that computes
+        kept = [] if m == "core_attn" else [i for i in idx if temps[i].kind != "comm"][:1]
+        freed += sum(saved[i] for i in idx if i not in kept and i not in whole)
+        whole.update(idx)
+    for m in modules:
+        if m not in OUTPUT_DISCARDING:
+            continue
+        names = _module_ops(temps, m)
+        for i, t in enumerate(temps):
+            if t.name not in names or i in whole:
+                continue
+            op = fwd[i]
+            if op.kind == "gemm" and op.mnk is not None:
+                freed += op.mnk[0] * op.mnk[1] * op.count * SAVED_ACTIVATION_BYTES
+                continue
+            nxt = next((j for j in range(i + 1, len(temps)) if temps[j].kind != "comm"), None)
+            freed += saved[nxt] if nxt is not None and temps[nxt].kind == "gemm" else saved[i]
+    return max(layer_input, sum(saved) - freed)
+
+
+def op_level_recompute(temps: Sequence[OpTemplate], policy: str,
+                       modules: Sequence[str] = ()) -> tuple[bool, ...]:
     """The forward operators an op-level ``selective_recompute`` policy re-runs:
-    ``alternate_gemms`` (:func:`alternate_gemm_recompute`) or a dot-saving policy
+    ``alternate_gemms`` (:func:`alternate_gemm_recompute`), ``modules``
+    (:func:`module_recompute` of ``modules``) or a dot-saving policy
     (:data:`DOT_POLICY_GEMMS`, :func:`gemm_output_recompute`)."""
     if policy == "alternate_gemms":
         return alternate_gemm_recompute(temps)
+    if policy == "modules":
+        return module_recompute(temps, modules)
     return gemm_output_recompute(temps, DOT_POLICY_GEMMS[policy])
 
 
@@ -380,7 +467,10 @@ class ChunkBinder:
             temps = _layer_templates(run, kind)
             fwd = [_bind(t, env, 0, prec, self.prec, self.scaling) for t in temps]
             bwd = [backward_of(o, t) for o, t in zip(fwd, temps, strict=True)]
-            if p.recompute == "selective" and p.selective_recompute != "attention":
+            if p.recompute == "selective" and p.selective_recompute == "modules":
+                saved = module_saved(temps, fwd, env, p.recompute_modules,
+                                     self.layer_input_bytes)
+            elif p.recompute == "selective" and p.selective_recompute != "attention":
                 saved = op_level_saved(fwd, self.op_level_flags(kind), self.layer_input_bytes)
             else:
                 saved = sum(t.saved.evaluate(env) for t in temps
@@ -396,8 +486,9 @@ class ChunkBinder:
         """:func:`op_level_recompute` of the layer kind's templates under the plan's
         ``selective_recompute`` (once per kind)."""
         if kind not in self._again:
+            p = self.run.parallel
             self._again[kind] = op_level_recompute(_layer_templates(self.run, kind),
-                                                   self.run.parallel.selective_recompute)
+                                                   p.selective_recompute, p.recompute_modules)
         return self._again[kind]
 
     def _reversed_backward(self, kind: str, dtype: str | None) -> list[Op]:
