@@ -191,6 +191,14 @@ def test_reading(key: str, text: str, want: object) -> None:
     ("8-way virtual pipeline", "pp", None),
     ("step 1 of 8-way data parallel", "tp", None),
     ("MLPerf v4.0", "pp", None),
+    # Megatron's argument names, and model parallelism with no pipeline (TP)
+    ("--tensor-model-parallel-size 8 --pipeline-model-parallel-size 4", "tp", 8),
+    ("--tensor-model-parallel-size 8 --pipeline-model-parallel-size 4", "pp", 4),
+    ("expert_model_parallel_size=64", "ep", 64),
+    ("expert_model_parallel_size=64", "tp", None),
+    ("12-way model parallelism, 256-way data parallelism per pod", "tp", 12),  # PaLM
+    ("--model-parallel-size 2", "tp", 2),  # Megatron-LM before pipelining, GPT-NeoX
+    ("8-way pipeline and 64-way model parallelism", "tp", None),  # MP = TP x PP here
 ])
 def test_read_degree(text: str, col: str, degree: int | None) -> None:
     from codesign.validation.prose import read_degree

@@ -329,9 +329,14 @@ def read_degree(text: str, col: str) -> int | None:
     zero-bubble pipeline", "expert parallelism of 8", "context parallel size 2"; "no tensor
     parallelism" / "without pipeline parallelism" read as 1. Expert tensor parallelism
     ("ETP", "expert tensor parallel") is not TP, a virtual / interleaved pipeline ("VPP") is
-    not PP."""
+    not PP. Megatron's argument names read too ("--tensor-model-parallel-size 8",
+    "pipeline_model_parallel_size: 4"), and with no pipeline named, "12-way model parallelism"
+    / "model parallel size 2" is TP."""
     word = _DEGREE_WORDS[col]
-    low = text.lower()
+    # Megatron's names: --tensor-model-parallel-size 8, pipeline_model_parallel_size: 4
+    low = re.sub(r"\b(tensor|pipeline|expert|context)[-_ ]model[-_ ]parallel"
+                 r"(?:[-_ ](size|degree))?",
+                 lambda m: f"{m.group(1)} parallel {m.group(2) or ''}", text.lower())
     found = re.search(rf"(?<![a-z]){col}\s*(?:=|:|size|degree)?\s*(\d+)\b", low)
     if found:
         return int(found.group(1))
@@ -346,6 +351,14 @@ def read_degree(text: str, col: str) -> int | None:
         return int(m.group(1) or m.group(3) or m.group(6))
     if re.search(rf"\b(?:no|without)\s+(?:[a-z-]+\s+)?{word}[- ]parallel", low):
         return 1
+    if col == "tp" and not re.search(r"pipeline|\bpp\b|expert", low):
+        # plain "model parallelism" with no pipeline is tensor parallelism (Megatron-LM's
+        # --model-parallel-size before pipelining, GPT-NeoX, Mesh TensorFlow / PaLM)
+        m = re.search(r"(\d+)[- ]way\s+(?:[a-z-]+\s+){0,2}?model[- ]parallel|"
+                      r"\bmodel[-_ ]parallel(?:ism)?(?:[-_ ](?:size|degree))?"
+                      r"\s*(?:of|=|:)?\s*(\d+)\b", low)
+        if m:
+            return int(m.group(1) or m.group(2))
     return None
 
 
