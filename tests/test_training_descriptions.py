@@ -410,3 +410,17 @@ def test_a_row_that_states_its_block_layout_or_window_simulates_it(
     assert any("block layout stated" in a for a in case.assumptions) is parallel
     assert any("sliding-window attention stated" in a for a in case.assumptions) is (
         window is not None)
+
+
+def test_a_deepspeed_zero3_row_without_a_plan_is_searched_without_pipelining() -> None:
+    """DeepSpeed's pipeline engine refuses ZeRO stages 2 and 3
+    (deepspeed/runtime/pipe/engine.py), so a DeepSpeed ZeRO-3 row that states no TP/PP is
+    searched at PP 1 (noted), TP and the micro-batch still free."""
+    row = {**_ROW, "source": "DeepSpeed tutorial", "model": "Llama 2 13B", "tp": "",
+           "pp": "", "num_gpus": "64", "global_batch_size": "256",
+           "zero_fsdp": "DeepSpeed ZeRO stage 3", "notes": ""}
+    case = map_row(row)
+    assert {r.parallel.pp for group in case.candidates for r in group} == {1}
+    assert {r.parallel.zero_stage for group in case.candidates for r in group} == {3}
+    assert any("DeepSpeed's pipeline engine does not run ZeRO stage 3" in a
+               for a in case.assumptions)
