@@ -8,7 +8,7 @@ input 1, residuals 1/2 each, mlp_up input 1, activation input 4, mlp_down input 
 from __future__ import annotations
 
 import pytest
-from conftest import tiny_run
+from conftest import tiny_model, tiny_run
 from pydantic import ValidationError
 
 from codesign.specs.parallel import ParallelismSpec
@@ -99,3 +99,28 @@ def test_a_megatron_row_runs_the_modules_it_names(text: str, modules: tuple[str,
     assert {(r.parallel.recompute, r.parallel.selective_recompute) for r in runs} == \
         {("selective", "modules")}
     assert {r.parallel.recompute_modules for r in runs} == {modules}
+
+
+def test_mla_up_proj_re_runs_the_up_projections_and_frees_q_k_v() -> None:
+    """MLA (4 heads, q latent 64, kv latent 32, head dims nope 48 + rope 16, value 64):
+    ``mla_up_proj`` re-runs q_up, kv_up and RoPE, and frees the Q, K, V attention reads,
+    2·s·a·(d_qk + d_qk + d_v) bytes per layer; the up-projections' own outputs are
+    intermediates no operator keeps. Extra FLOPs per layer and sequence: the two
+    up-projections, 2·s·64·(4·64) + 2·s·32·(4·(48 + 64))."""
+    mla = {"q_lora_rank": 64, "kv_lora_rank": 32, "qk_nope_head_dim": 48,
+           "qk_rope_head_dim": 16, "v_head_dim": 64}
+    model = tiny_model(mla=mla)
+    plan = _modules("mla_up_proj")
+
+    def graph(**p: object):  # type: ignore[no-untyped-def]
+        return build_training_graph(tiny_run(1, model=model, global_batch_size=4, **p))
+
+    none, mods = graph(), graph(**plan)
+    assert sorted(o.name for o in mods.chunks[0].backward
+                  if o.category == "recompute" and o.layer == 0) == ["kv_up", "q_up", "rope"]
+    freed = 2 * S * 4 * (64 + 64 + 64)
+    assert [b for _, b in mods.chunks[0].layer_saved] == [
+        pytest.approx(b - freed, rel=1e-12) for _, b in none.chunks[0].layer_saved]
+    extra = mods.hardware_flops_per_step - none.hardware_flops_per_step
+    per_layer = 2 * S * 64 * (4 * 64) + 2 * S * 32 * (4 * (48 + 64))
+    assert extra == pytest.approx(4 * 4 * per_layer, rel=1e-9)

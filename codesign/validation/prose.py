@@ -354,11 +354,11 @@ def read_degree(text: str, col: str) -> int | None:
     if col == "tp" and not re.search(r"pipeline|\bpp\b|expert", low):
         # plain "model parallelism" with no pipeline is tensor parallelism (Megatron-LM's
         # --model-parallel-size before pipelining, GPT-NeoX, Mesh TensorFlow / PaLM)
-        m = re.search(r"(\d+)[- ]way\s+(?:[a-z-]+\s+){0,2}?model[- ]parallel|"
-                      r"\bmodel[-_ ]parallel(?:ism)?(?:[-_ ](?:size|degree))?"
-                      r"\s*(?:of|=|:)?\s*(\d+)\b", low)
-        if m:
-            return int(m.group(1) or m.group(2))
+        mp = re.search(r"(\d+)[- ]way\s+(?:[a-z-]+\s+){0,2}?model[- ]parallel|"
+                       r"\bmodel[-_ ]parallel(?:ism)?(?:[-_ ](?:size|degree))?"
+                       r"\s*(?:of|=|:)?\s*(\d+)\b", low)
+        if mp:
+            return int(mp.group(1) or mp.group(2))
     return None
 
 

@@ -294,7 +294,7 @@ def module_recompute(temps: Sequence[OpTemplate],
     return tuple(t.name in names for t in temps)
 
 
-def module_saved(temps: Sequence[OpTemplate], fwd: Sequence[Op], env: Mapping[str, float],
+def module_saved(temps: Sequence[OpTemplate], env: Mapping[str, float],
                  modules: Sequence[str], layer_input: float) -> float:
     """Activation bytes one layer keeps under Megatron-Core's ``recompute_modules``: what it
     keeps without recompute (each operator's saved inputs) less what the modules free, and
@@ -303,9 +303,10 @@ def module_saved(temps: Sequence[OpTemplate], fwd: Sequence[Op], env: Mapping[st
     A module checkpointed whole frees the saved inputs of its operators but the first that
     computes (the submodule's input stays; ``core_attn`` frees the attention core's, as
     selective recompute does). An output-discarding module (:data:`OUTPUT_DISCARDING`) frees
-    its operators' outputs: a GEMM's ``m×n``; a memory-bound operator's output is what the
-    next GEMM saves as its input (a norm's, an activation's), else taken equal to its own
-    saved input (RoPE).
+    the output of its last operator, the one that leaves the module: what the next GEMM saves
+    as its input (a norm's output, the experts' activation), else the operator's own saved
+    input taken as its output (RoPE: the Q, K, V attention saves, after the MLA
+    up-projections, whose outputs only RoPE and the attention read and no operator keeps).
     ASSUMPTION: an output is freed once, however many operators read it (a MoE norm's output
     feeds the router, the permutation and the shared experts)."""
     saved = [t.saved.evaluate(env) for t in temps]
@@ -327,9 +328,7 @@ def module_saved(temps: Sequence[OpTemplate], fwd: Sequence[Op], env: Mapping[st
         for i, t in enumerate(temps):
             if t.name not in names or i in whole:
                 continue
-            op = fwd[i]
-            if op.kind == "gemm" and op.mnk is not None:
-                freed += op.mnk[0] * op.mnk[1] * op.count * SAVED_ACTIVATION_BYTES
+            if t.kind == "gemm":  # an MLA up-projection: its output is not kept (above)
                 continue
             nxt = next((j for j in range(i + 1, len(temps)) if temps[j].kind != "comm"), None)
             freed += saved[nxt] if nxt is not None and temps[nxt].kind == "gemm" else saved[i]
@@ -468,8 +467,7 @@ class ChunkBinder:
             fwd = [_bind(t, env, 0, prec, self.prec, self.scaling) for t in temps]
             bwd = [backward_of(o, t) for o, t in zip(fwd, temps, strict=True)]
             if p.recompute == "selective" and p.selective_recompute == "modules":
-                saved = module_saved(temps, fwd, env, p.recompute_modules,
-                                     self.layer_input_bytes)
+                saved = module_saved(temps, env, p.recompute_modules, self.layer_input_bytes)
             elif p.recompute == "selective" and p.selective_recompute != "attention":
                 saved = op_level_saved(fwd, self.op_level_flags(kind), self.layer_input_bytes)
             else:
