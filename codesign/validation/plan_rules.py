@@ -31,6 +31,24 @@ def plan_default(fw: str, col: str, stated: int | None, notes: list[str]) -> int
     return value
 
 
+#: (lowest ZeRO stage, the pipeline's name) of a framework that runs no pipeline from that
+#: stage on: DeepSpeed's pipeline engine refuses ZeRO-2 and ZeRO-3
+#: (deepspeed/runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline
+#: parallelism")
+NO_PIPELINE_FROM_ZERO: dict[str, tuple[int, str]] = {
+    "deepspeed": (2, "DeepSpeed's pipeline engine")}
+
+
+def pipeline_allowed(fw: str, zero: int, notes: list[str]) -> bool:
+    """Whether framework ``fw`` can pipeline at ZeRO stage ``zero``
+    (:data:`NO_PIPELINE_FROM_ZERO`); when it cannot, a searched plan takes PP 1 (noted)."""
+    lowest, engine = NO_PIPELINE_FROM_ZERO.get(fw, (4, ""))
+    if zero < lowest:
+        return True
+    notes.append(f"pp not stated: 1 ({engine} does not run ZeRO stage {zero})")
+    return False
+
+
 #: the columns that fix a run's plan and memory, named when a row's run does not fit
 PLAN_COLUMNS = ("num_gpus", "seq_len", "global_batch_size", "micro_batch_size", "tp", "pp",
                 "dp", "cp", "ep", "vpp", "zero_fsdp", "activation_recompute")

@@ -49,6 +49,7 @@ from codesign.validation.plan_rules import (
     choose_with_batch,
     expert_tp_choices,
     lora_rank_of,
+    pipeline_allowed,
     plan_default,
     stated_cells,
 )
@@ -798,12 +799,8 @@ def _searched_case(row: dict[str, str], fw: str, notes: list[str], measurement: 
         fixed["sequence_parallel"] = False
         notes.append(f"sequence parallel not stated: off {SP_ERA_NOTE}")
     fixed["zero_stage"] = stated["zero"]
-    if fw == "deepspeed" and stated["zero"] >= 2 and "pp" not in fixed:
-        # deepspeed/runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with
-        # pipeline parallelism"
+    if "pp" not in fixed and not pipeline_allowed(fw, stated["zero"], notes):
         fixed["pp"] = 1
-        notes.append(f"pp not stated: 1 (DeepSpeed's pipeline engine does not run ZeRO stage "
-                     f"{stated['zero']})")
     depth, _ = read_interleave(row.get("vpp", ""))
     if depth is not None:
         fixed["vpp"] = depth
