@@ -132,18 +132,18 @@ def test_unstated_recompute_tries_the_fewest_recomputed_layers_before_full() -> 
     notes: list[str] = []
     kinds = [(c.kind, c.least) for c in recompute_choices("not stated", "", notes)]
     assert kinds == [("none", False), ("selective", False), ("full", True), ("full", False)]
-    # Llama 3 405B on 8,192 H100 (T064): no recompute does not fit; the reported run
-    # recomputes the fewest layers per chunk that fit, and one fewer does not fit
+    # Llama 3 405B on 8,192 H100 (T064): no recompute does not fit codesign's estimate; the
+    # least-recompute group holds, per candidate, the fewest layers per chunk that fit, and
+    # one fewer does not fit
     (row,) = [r for r in read_rows(SHARED) if r["case_id"] == "T064"]
     case = map_row(row)
     assert len(case.candidates) == 4
     assert not any(simulate_run(r).feasible for r in case.candidates[0])
-    result = run_case(case)
-    (label,) = [a for a in result.assumptions if "Megatron block method" in a]
-    n = int(label.split()[3])
-    runs = [r for r in case.candidates[2] if r.parallel.recompute_num_layers == n]
+    runs = case.candidates[2]
     assert runs
     for run in runs:
+        n = run.parallel.recompute_num_layers
+        assert n is not None
         assert least_recompute_layers(with_layers(run, None)) == n
         assert simulate_run(run).feasible
         if n > 1:

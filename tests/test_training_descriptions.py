@@ -23,6 +23,7 @@ from codesign.validation.training_cases import (
     iter_cases,
     map_row,
     measurement_of,
+    read_rows,
     source_year,
 )
 
@@ -424,3 +425,20 @@ def test_a_deepspeed_zero3_row_without_a_plan_is_searched_without_pipelining() -
     assert {r.parallel.zero_stage for group in case.candidates for r in group} == {3}
     assert any("DeepSpeed's pipeline engine does not run ZeRO stage 3" in a
                for a in case.assumptions)
+
+
+def test_deepspeed_pipeline_sends_are_partitioned_over_tp_and_blocking() -> None:
+    """DeepSpeed's pipeline engine partitions each stage's output over the model-parallel
+    ranks (``is_pipe_partitioned = is_model_parallel``) and sends it with a blocking
+    ``p2p.send`` ("Doesn't support async_op true"): BLOOM-176B's Megatron-DeepSpeed row (TP 4,
+    PP 12) runs scatter/gathered, blocking sends; a Megatron-Core row overlaps them."""
+    rows = {r["case_id"]: r for r in read_rows(DESCRIPTIONS)}
+    bloom = map_row(rows["R03"])
+    assert bloom.framework == "deepspeed"
+    runs = [r for group in bloom.candidates for r in group]
+    assert runs and all(r.parallel.pp == 12 and r.parallel.tp == 4 for r in runs)
+    assert all(r.parallel.pipeline_scatter_gather and not r.parallel.overlap_p2p for r in runs)
+    mcore = map_row({**rows["R03"], "source": "a Megatron-Core run", "model": "dense 176B",
+                     "zero_fsdp": "", "notes": ""})
+    assert mcore.framework == "megatron-core"
+    assert all(r.parallel.overlap_p2p for g in mcore.candidates for r in g)

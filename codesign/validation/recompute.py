@@ -18,6 +18,7 @@ from codesign.api import build_models, check_memory
 from codesign.errors import InfeasiblePlan
 from codesign.specs.run import TrainingRun
 from codesign.validation.prose import (
+    read_number,
     read_recompute,
     read_recompute_layers,
     read_recompute_modules,
@@ -50,13 +51,40 @@ def stated_recompute(cell: str, notes_text: str) -> str | None:
     return read_recompute_prose(notes_text) if kind is None else kind
 
 
-def recompute_choices(cell: str, notes_text: str, notes: list[str]) -> list[RecomputeChoice]:
+#: the hardware-to-model FLOPs ratio at and above which a row's utilizations imply full
+#: recompute: recomputing every layer re-runs the forward, 2 of the 6 FLOPs per parameter per
+#: token, so HFU / MFU = 8 / 6 = 1.33 (Korthikanti et al. 2022, arXiv 2205.05198, Sec. 6:
+#: "model FLOPs utilization" excludes and "hardware FLOPs utilization" includes the
+#: recompute); selective recompute re-runs only the attention core (a few percent), and full
+#: recompute on part of the layers lands between. 1.25 is the midpoint of 1.17 (half the
+#: layers) and 1.33: the cut-off below which a row is not read as recomputing every layer
+FULL_RECOMPUTE_HFU_RATIO = 1.25
+
+
+def recompute_from_utilization(mfu_cell: str, hfu_cell: str) -> str | None:
+    """"full" when the row's HFU and MFU cells (percent or fraction, as
+    :func:`~codesign.validation.prose.read_number` reads them) differ by the recomputed
+    forward (ratio :data:`FULL_RECOMPUTE_HFU_RATIO` or more); ``None`` otherwise."""
+    mfu, hfu = read_number(mfu_cell), read_number(hfu_cell)
+    if mfu is None or hfu is None or mfu.value <= 0:
+        return None
+    return "full" if hfu.value / mfu.value >= FULL_RECOMPUTE_HFU_RATIO else None
+
+
+def recompute_choices(cell: str, notes_text: str, notes: list[str],
+                      utilization: tuple[str, str] = ("", "")) -> list[RecomputeChoice]:
     """The recompute groups of a row, in the order they are tried (the first with a feasible
     run is reported). ``cell``: the row's ``activation_recompute``; ``notes_text``: its other
-    prose (a stated layer count may sit there)."""
+    prose (a stated layer count may sit there); ``utilization``: its ``mfu_pct`` and
+    ``hfu_pct`` cells (:func:`recompute_from_utilization`)."""
     kind = stated_recompute(cell, notes_text)
     if kind is not None and read_recompute(cell) is None:
         notes.append(f"recompute {kind}, as the row's notes state it")
+    if kind is None and recompute_from_utilization(*utilization) is not None:
+        kind = "full"
+        notes.append(f"recompute full: HFU {utilization[1]} / MFU {utilization[0]} is the "
+                     f"recomputed forward (ratio >= {FULL_RECOMPUTE_HFU_RATIO}; 8/6 with "
+                     "every layer recomputed)")
     layers = None if "uniform" in cell.lower() else (read_recompute_layers(cell)
                                                      or read_recompute_layers(notes_text))
     if layers is not None and kind in (None, "full"):

@@ -648,7 +648,7 @@ def map_row(row: dict[str, str]) -> MappedCase:
     n_mb = gbs // (mbs_list[0] * dp) if dp and mbs_list[0] else 0
     vpp_list = _interleaving_depths(row, fw, model.num_layers, pp, n_mb, notes)
     choices = recompute_choices(row.get("activation_recompute", ""), row.get("notes", ""),
-                                notes)
+                                notes, (row.get("mfu_pct", ""), row.get("hfu_pct", "")))
     candidates, cand_notes = [], []
     first_problems: list[str] = []
     for choice in choices:
@@ -1122,7 +1122,10 @@ def _framework_settings(fw: str, tp: int, sp: bool, gpu: GpuSpec, dtype: str,
     parts with FP8 tensor cores), not the A100 or older (A800, V100), and not in NVFP4
     training (:data:`NVFP4_TP_OVERLAP_NOTE`); Meta's Llama 3 stack
     places PP inside DP; DeepSpeed's bf16 pipelines accumulate gradients by a pass per
-    micro-batch (:data:`DEEPSPEED_BF16_NOTE`); torchtitan's selective activation
+    micro-batch (:data:`DEEPSPEED_BF16_NOTE`), and its pipeline engine sends each stage's
+    output partitioned over the TP ranks, all-gathered at the receiver, and blocking, as
+    Megatron-LM 2021-22 did (``deepspeed/runtime/pipe/engine.py`` ``is_pipe_partitioned``,
+    ``pipe/p2p.py`` ``send``); torchtitan's selective activation
     checkpointing is PyTorch's op-level policy
     (``activation_checkpoint.selective_ac_option = "op"`` in its Llama configs: every second
     GEMM recomputed)."""
@@ -1139,9 +1142,15 @@ def _framework_settings(fw: str, tp: int, sp: bool, gpu: GpuSpec, dtype: str,
             notes.append(NVFP4_TP_OVERLAP_NOTE)
             return {"tp_comm_overlap": False}
         return {"tp_comm_overlap": overlap}
-    if fw == "deepspeed" and dtype == "bf16":
-        notes.append(DEEPSPEED_BF16_NOTE)
-        return {"grad_accum_pass": True}
+    if fw == "deepspeed":
+        # the pipeline engine's sends: partitioned over the model-parallel ranks and
+        # all-gathered at the receiver (``is_pipe_partitioned = is_model_parallel``), and
+        # blocking (``p2p.send``: "Doesn't support async_op true")
+        ds: dict[str, Any] = dict(pipeline_scatter_gather=True, overlap_p2p=False)
+        if dtype == "bf16":
+            notes.append(DEEPSPEED_BF16_NOTE)
+            ds["grad_accum_pass"] = True
+        return ds
     if fw == "llama3":
         # "the order of parallelism dimensions, [TP, CP, PP, DP], is optimized for network
         # communication": PP inside DP, so a pipeline stays in one pod and only DP crosses
