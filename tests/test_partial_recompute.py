@@ -15,7 +15,6 @@ from codesign.errors import SpecError
 from codesign.search.search import search
 from codesign.specs.parallel import ParallelismSpec
 from codesign.validation.recompute import least_recompute_layers, recompute_choices, with_layers
-from codesign.validation.runner import run_case
 from codesign.validation.training_cases import map_row, read_rows
 from codesign.workload.dims import plan_problems
 from codesign.workload.memory import memory_per_gpu

@@ -28,7 +28,7 @@ def test_full_recompute_is_read_from_a_hardware_to_model_flops_ratio_of_eight_si
     assert recompute_from_utilization("32.5", "43.3") == "full"
     assert recompute_from_utilization("0.325", "0.433") == "full"  # fractions, same ratio
     # PaLM 540B: 57.8 / 46.2 = 1.251 (rematerialization), just above the cut-off
-    assert 57.8 / 46.2 >= FULL_RECOMPUTE_HFU_RATIO
+    assert FULL_RECOMPUTE_HFU_RATIO <= 57.8 / 46.2
     assert recompute_from_utilization("46.2%", "57.8%") == "full"
     # selective recompute re-runs the attention core only: 42 / 40 = 1.05
     assert recompute_from_utilization("40", "42") is None

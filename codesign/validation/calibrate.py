@@ -34,7 +34,7 @@ from codesign.specs.base import SpecError, evolve
 from codesign.specs.catalog import fraction_owner, load_gpu, nearest_part
 from codesign.specs.gpu import GpuSpec
 from codesign.specs.run import TrainingRun
-from codesign.validation.runner import CaseResult, predicted_metric, short_source
+from codesign.validation.runner import CaseResult, choose_run, predicted_metric, short_source
 from codesign.validation.training_cases import MappedCase
 
 BOUNDS = (0.4, 1.0)  # sustained cannot exceed what a microbenchmark reaches
@@ -43,10 +43,13 @@ GOLDEN = (math.sqrt(5) - 1) / 2
 
 @dataclass(frozen=True)
 class FixedCase:
-    """A case with its run settled: calibration changes only the GPU's sustained fraction."""
+    """A case with its run settled: calibration changes only the GPU's sustained fraction.
+    ``checked``: whether the run is timed with the HBM check (False when its memory estimate
+    is in doubt, :func:`codesign.validation.runner.choose_run`)."""
 
     case: MappedCase
     run: TrainingRun
+    checked: bool = True
 
     @property
     def gpu(self) -> str:
@@ -58,16 +61,13 @@ class FixedCase:
 
 
 def settle(cases: Sequence[MappedCase]) -> list[FixedCase]:
-    """The run each case uses, picked as ``codesign validate`` picks it (first group with a
-    feasible run, fastest run of that group); infeasible cases are left out."""
+    """The run each case uses, picked as ``codesign validate`` picks it
+    (:func:`~codesign.validation.runner.choose_run`); infeasible cases are left out."""
     out = []
     for case in cases:
-        for group in case.candidates:
-            timed = [(r.step_time_s, i) for i, r in enumerate(map(simulate_run, group))
-                     if r.feasible and r.step_time_s is not None]
-            if timed:
-                out.append(FixedCase(case, group[min(timed)[1]]))
-                break
+        chosen = choose_run(case)
+        if not isinstance(chosen, str):
+            out.append(FixedCase(case, chosen.run, chosen.checked))
     return out
 
 
@@ -78,7 +78,7 @@ def with_fraction(run: TrainingRun, fraction: float) -> TrainingRun:
 def log_error(fc: FixedCase, fraction: float) -> float:
     """|log(predicted / measured)| of one case at ``fraction``."""
     run = with_fraction(fc.run, fraction)
-    report = simulate_run(run)
+    report = simulate_run(run, memory_check=fc.checked)
     if not report.feasible:
         return math.inf
     pred = predicted_metric(report, run, fc.case.measurement)
@@ -154,7 +154,7 @@ def evaluate(cases: Sequence[FixedCase], fractions: dict[str, float]) -> list[Ca
     out = []
     for fc in cases:
         run = with_fraction(fc.run, sibling_fraction(fc.run.gpu, fractions))
-        report = simulate_run(run)
+        report = simulate_run(run, memory_check=fc.checked)
         m = fc.case.measurement
         if not report.feasible:
             out.append(CaseResult(fc.case.case_id, fc.source, m.metric, m.value, None, None,

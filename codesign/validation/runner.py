@@ -114,25 +114,40 @@ def _activation_overflow(report: TrainingReport, run: TrainingRun) -> float | No
     return need
 
 
-def run_case(case: MappedCase,
-             simulate: Callable[[TrainingRun], TrainingReport] = simulate_run,
-             unchecked: Callable[[TrainingRun], TrainingReport] = _unchecked) -> CaseResult:
-    """Simulate the candidates and compare the chosen run with the measurement: the first
-    group (e.g. least recompute) with a feasible run, and within it the fastest run.
+@dataclass(frozen=True)
+class ChosenRun:
+    """The run a case is timed with: its report, the run, what was assumed to pick it, and
+    whether it was timed with the HBM check (``checked``; False: the estimate is in doubt)."""
 
-    When every candidate exceeds HBM only through its activations (its weights, gradients
-    and optimizer states, exact arithmetic, fit), the run the row measured did fit: the
-    activation estimate (which depends on recompute policies, activation precision and
-    allocator behaviour rows rarely state) is the part in doubt, so the candidate closest to
-    fitting is timed without the memory check (``unchecked``) and the estimate is reported as
-    an assumption. States that do not fit, or any other infeasibility (a plan that does not
-    divide), still make the row infeasible."""
-    m = case.measurement
+    report: TrainingReport
+    run: TrainingRun
+    notes: tuple[str, ...]
+    checked: bool
+
+
+def choose_run(case: MappedCase,
+               simulate: Callable[[TrainingRun], TrainingReport] = simulate_run,
+               unchecked: Callable[[TrainingRun], TrainingReport] = _unchecked,
+               ) -> ChosenRun | str:
+    """The run a case is timed with: the first group (e.g. least recompute) with a feasible
+    run, and within it the fastest run; or the reason none is (a string).
+
+    A group whose runs overflow HBM through their activations alone, by less than
+    :data:`RECOMPUTE_MEMORY_DOUBT`, is taken before a later group that recomputes more: its
+    run closest to fitting, timed without the memory check. When every candidate exceeds
+    HBM only through its activations (its weights, gradients and optimizer states, exact
+    arithmetic, fit), the run the row measured did fit: the activation estimate (which
+    depends on recompute policies, activation precision and allocator behaviour rows rarely
+    state) is the part in doubt, so the candidate closest to fitting is timed without the
+    memory check (``unchecked``) and the estimate is reported as an assumption. States that
+    do not fit, or any other infeasibility (a plan that does not divide), still make the row
+    infeasible."""
     reason = ""
     notes_iter = iter(case.candidate_notes)
     only_memory = True
     closest: tuple[float, TrainingRun, tuple[str, ...], str] | None = None
-    if not case.memory_checked:  # the runs fit a memory larger than codesign's estimate allows
+    checked = case.memory_checked
+    if not checked:  # the runs fit a memory larger than codesign's estimate allows
         simulate = unchecked
     for gi, group in enumerate(case.candidates):
         best: tuple[float, TrainingReport, TrainingRun, tuple[str, ...]] | None = None
@@ -160,36 +175,43 @@ def run_case(case: MappedCase,
             t = report.step_time_s or 0.0
             if best is None or t < best[0]:
                 best = (t, report, run, notes)
-        if best is None and near is not None:
+        if best is not None:
+            return ChosenRun(best[1], best[2], best[3], checked)
+        if near is not None:
             _, run, notes, why = near
             report = unchecked(run)
             if report.feasible:
                 kept = (f"memory estimate exceeds HBM by less than the doubt factor "
                         f"{RECOMPUTE_MEMORY_DOUBT:g} ({why.removeprefix('out of memory: ')}): "
                         "no more recompute added, timed without the HBM check")
-                best = (report.step_time_s or 0.0, report, run, (*notes, kept))
-        if best is None:
-            continue
-        _, report, run, notes = best
-        pred = predicted_metric(report, run, m)
-        return CaseResult(case.case_id, short_source(case.source), m.metric, m.value, pred,
-                          100.0 * (pred - m.value) / m.value, "ok",
-                          assumptions=[*case.assumptions, *notes])
+                return ChosenRun(report, run, (*notes, kept), False)
     if only_memory and closest is not None:
         _, run, notes, why = closest
         report = unchecked(run)
         if report.feasible:
-            pred = predicted_metric(report, run, m)
             over = (f"memory estimate exceeds HBM ({why.removeprefix('out of memory: ')}); "
                     "the measured run fitted: timed as stated")
-            return CaseResult(case.case_id, short_source(case.source), m.metric, m.value, pred,
-                              100.0 * (pred - m.value) / m.value, "ok",
-                              assumptions=[*case.assumptions, *notes, over])
+            return ChosenRun(report, run, (*notes, over), False)
     if case.stated:
         reason = f"{reason or 'no candidate run'}; as the row states {', '.join(case.stated)}"
-    return CaseResult(case.case_id, short_source(case.source), m.metric, m.value, None, None,
-                      "infeasible", reason=reason or "no candidate run",
-                      assumptions=list(case.assumptions))
+    return reason or "no candidate run"
+
+
+def run_case(case: MappedCase,
+             simulate: Callable[[TrainingRun], TrainingReport] = simulate_run,
+             unchecked: Callable[[TrainingRun], TrainingReport] = _unchecked) -> CaseResult:
+    """Simulate the candidates and compare the chosen run (:func:`choose_run`) with the
+    measurement."""
+    m = case.measurement
+    chosen = choose_run(case, simulate, unchecked)
+    if isinstance(chosen, str):
+        return CaseResult(case.case_id, short_source(case.source), m.metric, m.value, None,
+                          None, "infeasible", reason=chosen,
+                          assumptions=list(case.assumptions))
+    pred = predicted_metric(chosen.report, chosen.run, m)
+    return CaseResult(case.case_id, short_source(case.source), m.metric, m.value, pred,
+                      100.0 * (pred - m.value) / m.value, "ok",
+                      assumptions=[*case.assumptions, *chosen.notes])
 
 
 def unsupported(row: dict[str, str], reason: str) -> CaseResult:
