@@ -3,13 +3,17 @@ memory estimate is over HBM by less than the doubt factor."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import pytest
 from conftest import tiny_run
 
+from codesign.api import simulate_run
 from codesign.report.training import TrainingReport
 from codesign.specs.run import TrainingRun
 from codesign.units import GiB
+from codesign.validation.calibrate import log_error, settle
 from codesign.validation.recompute import (
     FULL_RECOMPUTE_HFU_RATIO,
     recompute_choices,
@@ -117,3 +121,19 @@ def test_llama3_405b_runs_without_recompute_within_the_doubt() -> None:
     hbm = case.candidates[0][0].gpu.memory_bytes / GiB
     assert hbm < need <= RECOMPUTE_MEMORY_DOUBT * hbm
     assert not any("Megatron block method" in a for a in result.assumptions)
+
+
+def test_calibration_times_a_row_in_doubt_as_validate_does() -> None:
+    # calibrate settles T064 on validate's own run (no recompute, timed without the HBM
+    # check); with the check it would be infeasible and drop out of the fit
+    (row,) = [r for r in read_rows(SHARED) if r["case_id"] == "T064"]
+    case = map_row(row)
+    (fc,) = settle([case])
+    assert not fc.checked and fc.run.parallel.recompute == "none"
+    assert not simulate_run(fc.run).feasible
+    fraction = fc.run.gpu.efficiency.sustained_fraction
+    expected = run_case(case)
+    assert expected.predicted is not None
+    assert log_error(fc, fraction) == pytest.approx(
+        abs(math.log(expected.predicted / expected.measured)), rel=1e-9)
+    assert math.isfinite(log_error(fc, 0.6))
