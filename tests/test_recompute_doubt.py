@@ -22,7 +22,7 @@ from codesign.validation.recompute import (
 from codesign.validation.runner import RECOMPUTE_MEMORY_DOUBT, run_case
 from codesign.validation.training_cases import MappedCase, Measurement, map_row, read_rows
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "validation" / "training_cases.csv"
+SHARED = Path(__file__).resolve().parents[1] / "experiments" / "validation" / "training_cases.csv"
 
 
 # --- recompute from HFU / MFU ----------------------------------------------------------------
