@@ -151,8 +151,7 @@ def choose_run(case: MappedCase,
         simulate = unchecked
     for gi, group in enumerate(case.candidates):
         best: tuple[float, TrainingReport, TrainingRun, tuple[str, ...]] | None = None
-        # the group's run closest to fitting, when only its activations overflow and by
-        # less than the doubt factor (recompute not stated: a later group recomputes more)
+        # the group's run closest to fitting among those only their activations overflow
         near: tuple[float, TrainingRun, tuple[str, ...], str] | None = None
         for i, run in enumerate(group):
             notes = next(notes_iter)
@@ -165,11 +164,7 @@ def choose_run(case: MappedCase,
                 if need is None:
                     only_memory = False
                     continue
-                if closest is None or need < closest[0]:
-                    closest = (need, run, notes, report.reason)
-                if (gi < len(case.candidates) - 1
-                        and need * GiB <= RECOMPUTE_MEMORY_DOUBT * run.gpu.memory_bytes
-                        and (near is None or need < near[0])):
+                if near is None or need < near[0]:
                     near = (need, run, notes, report.reason)
                 continue
             t = report.step_time_s or 0.0
@@ -177,7 +172,12 @@ def choose_run(case: MappedCase,
                 best = (t, report, run, notes)
         if best is not None:
             return ChosenRun(best[1], best[2], best[3], checked)
-        if near is not None:
+        if near is not None and (closest is None or near[0] < closest[0]):
+            closest = near
+        # over HBM by less than the doubt factor, with a later group recomputing more
+        # (recompute not stated): taken before that recompute
+        if (near is not None and gi < len(case.candidates) - 1
+                and near[0] * GiB <= RECOMPUTE_MEMORY_DOUBT * near[1].gpu.memory_bytes):
             _, run, notes, why = near
             report = unchecked(run)
             if report.feasible:
