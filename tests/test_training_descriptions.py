@@ -442,3 +442,26 @@ def test_deepspeed_pipeline_sends_are_partitioned_over_tp_and_blocking() -> None
                      "zero_fsdp": "", "notes": ""})
     assert mcore.framework == "megatron-core"
     assert all(r.parallel.overlap_p2p for g in mcore.candidates for r in g)
+
+
+def test_llama_saved_linear_outputs_are_gemm_output_recompute() -> None:
+    """LLaMA (Touvron et al. 2023, Sec. 2.4) saves "the activations that are expensive to
+    compute, such as the outputs of linear layers": selective recompute that keeps every GEMM
+    output and re-runs the rest (JAX's dot-saving policy), stated, so every candidate run
+    has it and it costs more than no recompute."""
+    row = {**_ROW, "source": "Touvron et al. 2023, LLaMA", "tp": "2",
+           "notes": "xformers causal attention; checkpointing saves expensive activations "
+                    "(linear layer outputs)"}
+    case = map_row(row)
+    runs = [run for group in case.candidates for run in group]
+    assert runs and all(r.parallel.recompute == "selective" for r in runs)
+    assert all(r.parallel.selective_recompute == "gemm_outputs" for r in runs)
+    assert any("gemm_outputs" in note for note in case.assumptions + sum(
+        case.candidate_notes, ()))
+    plain = map_row({**row, "notes": "xformers causal attention"})
+    timed = simulate_run(runs[0])
+    none = next(r for g in plain.candidates for r in g
+                if r.parallel.recompute == "none"
+                and r.parallel.micro_batch_size == runs[0].parallel.micro_batch_size)
+    assert timed.breakdown_s.get("recompute", 0.0) > 0.0
+    assert timed.step_time_s > simulate_run(none).step_time_s

@@ -657,6 +657,20 @@ def read_switch(text: str) -> bool | None:
 _ONE_PROJECTION_REMAT = (r"remat[_ ]policy\W+(?:save_qkv_proj|save_out_proj|qkv_proj_offloaded)"
                          r"\b", "full")
 
+#: a paper's words for recompute that keeps the GEMM outputs and re-runs the cheap operators
+#: (LLaMA, Touvron et al. 2023, Sec. 2.4: "we save the activations that are expensive to
+#: compute, such as the outputs of linear layers"; as rows paraphrase it: "checkpointing
+#: saves expensive activations (linear layer outputs)"): JAX's dot-saving policy, in words
+_SAVED_GEMM_OUTPUTS = (
+    r"(?:sav|keep|stor)(?:e|es|ed|ing)\s+(?:only\s+)?(?:the\s+)?activations\s+that\s+are\s+"
+    r"(?:expensive|costly)"
+    r"|(?:sav|keep|stor)(?:e|es|ed|ing)\s+(?:only\s+)?(?:the\s+)?(?:expensive|costly)"
+    r"(?:[- ]to[- ]compute)?\s+activations"
+    r"|(?:sav|keep|stor)(?:e|es|ed|ing)\s+(?:only\s+)?(?:the\s+)?outputs?\s+of\s+(?:the\s+|all\s+)?"
+    r"(?:linear\s+layers|gemms|matmuls|projections)"
+    r"|(?:checkpoint\w*|recomput\w*|remat\w*|sav(?:e|es|ed|ing)|keep\w*)\b[^.;\n]{0,80}"
+    r"\b(?:linear[- ]layer|gemm|matmul)\s+outputs")
+
 #: (pattern, recompute kind); first match wins
 RECOMPUTE_PATTERNS: tuple[tuple[str, str], ...] = (
     _ONE_PROJECTION_REMAT,
@@ -674,8 +688,7 @@ RECOMPUTE_PATTERNS: tuple[tuple[str, str], ...] = (
 RECOMPUTE_PROSE_PATTERNS: tuple[tuple[str, str], ...] = (
     _ONE_PROJECTION_REMAT,
     (r"selective (?:activation )?(?:recompute|recomputation|checkpointing)"
-     r"|(?:sav|keep)(?:e|es|ing)\s+(?:the\s+)?activations\s+that\s+are\s+expensive"
-     r"|(?:sav|keep)(?:e|es|ing)\s+(?:the\s+)?outputs?\s+of\s+(?:the\s+)?linear\s+layers"
+     rf"|{_SAVED_GEMM_OUTPUTS}"
      r"|remat[_ ]policy\W+(?:minimal|save_\w+)", "selective"),
     (r"(?:no|without|w/o) (?:activation )?(?:recompute|recomputation|checkpointing"
      r"|remat(?:eriali[sz]ation)?)\b|remat[_ ]policy\W+none", "none"),
@@ -691,17 +704,20 @@ RECOMPUTE_PROSE_PATTERNS: tuple[tuple[str, str], ...] = (
 #: ``minimal`` (and ``minimal_offloaded``, ``minimal_with_context``) saves every projection's
 #: output (qkv, out, mlpwi, mlpwo) and re-runs the rest, the attention core included;
 #: ``save_dot_except_mlpwi`` re-runs the MLP input GEMMs too; ``save_dot_except_mlp`` and
-#: ``save_dot_with_context_except_mlp`` the whole MLP
+#: ``save_dot_with_context_except_mlp`` the whole MLP. A paper that says it saves the linear
+#: layers' outputs (:data:`_SAVED_GEMM_OUTPUTS`) names ``minimal``'s policy in words
 REMAT_POLICY_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"remat[_ ]policy\W+save_dot_except_mlpwi\b", "mlp_input"),
     (r"remat[_ ]policy\W+save_dot_(?:with_context_)?except_mlp\b", "mlp"),
     (r"remat[_ ]policy\W+minimal", "gemm_outputs"),
+    (_SAVED_GEMM_OUTPUTS, "gemm_outputs"),  # the same policy in a paper's words (LLaMA)
 )
 
 
 def read_remat_policy(text: str) -> str | None:
-    """The op-level ``selective_recompute`` policy a MaxText ``remat_policy`` names
-    (:data:`REMAT_POLICY_PATTERNS`); ``None`` when the text names none of them."""
+    """The op-level ``selective_recompute`` policy a MaxText ``remat_policy`` names, or a
+    paper's words for one (:data:`REMAT_POLICY_PATTERNS`); ``None`` when the text names
+    none of them."""
     return _first_match(REMAT_POLICY_PATTERNS, text.lower())
 
 

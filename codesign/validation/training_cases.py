@@ -1021,7 +1021,7 @@ def _remat_settings(row: dict[str, str], fw: str, notes: list[str]) -> dict[str,
         return {"selective_recompute": "modules", "recompute_modules": modules}
     if stated is not None:
         notes.append(f"selective recompute, where it applies, re-runs every operator but the "
-                     f"GEMMs the row's remat_policy saves ({stated})")
+                     f"GEMMs the row's remat_policy (or its words) saves ({stated})")
         return {"selective_recompute": stated}
     if fw == "maxtext":
         notes.append("selective recompute, where it applies, is MaxText's dot-saving "
