@@ -661,15 +661,14 @@ _ONE_PROJECTION_REMAT = (r"remat[_ ]policy\W+(?:save_qkv_proj|save_out_proj|qkv_
 #: (LLaMA, Touvron et al. 2023, Sec. 2.4: "we save the activations that are expensive to
 #: compute, such as the outputs of linear layers"; as rows paraphrase it: "checkpointing
 #: saves expensive activations (linear layer outputs)"): JAX's dot-saving policy, in words
+_SAVE = r"(?:sav(?:e|es|ed|ing)|keep(?:s|ing)?|kept|stor(?:e|es|ed|ing))"
 _SAVED_GEMM_OUTPUTS = (
-    r"(?:sav|keep|stor)(?:e|es|ed|ing)\s+(?:only\s+)?(?:the\s+)?activations\s+that\s+are\s+"
-    r"(?:expensive|costly)"
-    r"|(?:sav|keep|stor)(?:e|es|ed|ing)\s+(?:only\s+)?(?:the\s+)?(?:expensive|costly)"
-    r"(?:[- ]to[- ]compute)?\s+activations"
-    r"|(?:sav|keep|stor)(?:e|es|ed|ing)\s+(?:only\s+)?(?:the\s+)?outputs?\s+of\s+(?:the\s+|all\s+)?"
+    rf"{_SAVE}\s+(?:only\s+)?(?:the\s+)?activations\s+that\s+are\s+(?:expensive|costly)"
+    rf"|{_SAVE}\s+(?:only\s+)?(?:the\s+)?(?:expensive|costly)(?:[- ]to[- ]compute)?\s+"
+    r"activations"
+    rf"|{_SAVE}\s+(?:only\s+)?(?:the\s+)?outputs?\s+of\s+(?:the\s+|all\s+)?"
     r"(?:linear\s+layers|gemms|matmuls|projections)"
-    r"|(?:checkpoint\w*|recomput\w*|remat\w*|sav(?:e|es|ed|ing)|keep\w*)\b[^.;\n]{0,80}"
-    r"\b(?:linear[- ]layer|gemm|matmul)\s+outputs")
+    rf"|{_SAVE}\s+(?:only\s+)?(?:the\s+|all\s+)?(?:linear[- ]layer|gemm|matmul)\s+outputs")
 
 #: (pattern, recompute kind); first match wins
 RECOMPUTE_PATTERNS: tuple[tuple[str, str], ...] = (
