@@ -151,7 +151,8 @@ def choose_run(case: MappedCase,
         simulate = unchecked
     for gi, group in enumerate(case.candidates):
         best: tuple[float, TrainingReport, TrainingRun, tuple[str, ...]] | None = None
-        # the group's run closest to fitting among those only their activations overflow
+        # the group's run closest to fitting among those only their activations overflow,
+        # with what its memory estimate is made of (the out-of-memory reason's detail)
         near: tuple[float, TrainingRun, tuple[str, ...], str] | None = None
         for i, run in enumerate(group):
             notes = next(notes_iter)
@@ -165,7 +166,7 @@ def choose_run(case: MappedCase,
                     only_memory = False
                     continue
                 if near is None or need < near[0]:
-                    near = (need, run, notes, report.reason)
+                    near = (need, run, notes, report.reason.removeprefix("out of memory: "))
                 continue
             t = report.step_time_s or 0.0
             if best is None or t < best[0]:
@@ -182,14 +183,14 @@ def choose_run(case: MappedCase,
             report = unchecked(run)
             if report.feasible:
                 kept = (f"memory estimate exceeds HBM by less than the doubt factor "
-                        f"{RECOMPUTE_MEMORY_DOUBT:g} ({why.removeprefix('out of memory: ')}): "
+                        f"{RECOMPUTE_MEMORY_DOUBT:g} ({why}): "
                         "no more recompute added, timed without the HBM check")
                 return ChosenRun(report, run, (*notes, kept), False)
     if only_memory and closest is not None:
         _, run, notes, why = closest
         report = unchecked(run)
         if report.feasible:
-            over = (f"memory estimate exceeds HBM ({why.removeprefix('out of memory: ')}); "
+            over = (f"memory estimate exceeds HBM ({why}); "
                     "the measured run fitted: timed as stated")
             return ChosenRun(report, run, (*notes, over), False)
     if case.stated:

@@ -448,7 +448,7 @@ class ChunkBinder:
         #: LoRA: (template index of each forward operator, adapter parameters) per key
         self._lora: dict[tuple[str, str], tuple[list[int], float]] = {}
         self._flat: dict[tuple[str, str], list[Op]] = {}
-        self._again: dict[str, tuple[bool, ...]] = {}
+        self._op_level: dict[str, tuple[bool, ...]] = {}
 
     def layer_ops(self, kind: str,
                   dtype: str | None = None) -> tuple[list[Op], list[list[Op]], float]:
@@ -483,11 +483,11 @@ class ChunkBinder:
     def op_level_flags(self, kind: str) -> tuple[bool, ...]:
         """:func:`op_level_recompute` of the layer kind's templates under the plan's
         ``selective_recompute`` (once per kind)."""
-        if kind not in self._again:
+        if kind not in self._op_level:
             p = self.run.parallel
-            self._again[kind] = op_level_recompute(_layer_templates(self.run, kind),
+            self._op_level[kind] = op_level_recompute(_layer_templates(self.run, kind),
                                                    p.selective_recompute, p.recompute_modules)
-        return self._again[kind]
+        return self._op_level[kind]
 
     def _reversed_backward(self, kind: str, dtype: str | None) -> list[Op]:
         """The backward operators of :meth:`layer_ops`, the last forward operator's first
