@@ -74,6 +74,56 @@ def test_training_attention_flops_scale_by_the_window_and_nothing_else() -> None
             assert (other.flops, other.bytes, other.size) == (op.flops, op.bytes, op.size)
 
 
+# --- packed documents (fine-tuning sequence packing) ---------------------------------------
+
+
+def _packed_pairs(seq: int, doc: int, window: int | None) -> int:
+    """Query-key pairs over ``seq // doc`` documents of ``doc`` tokens that attend only to
+    themselves (block-diagonal causal mask, as cu_seqlens gives the kernel)."""
+    return (seq // doc) * _pairs(doc, window)
+
+
+@pytest.mark.parametrize("seq,doc,window", [(4096, 512, None), (4096, 256, None),
+                                            (8192, 1024, 128), (2048, 256, 512)])
+def test_packed_fraction_is_the_counted_pairs(seq: int, doc: int, window: int | None) -> None:
+    m = tiny_model(sliding_window=window)
+    exact = _packed_pairs(seq, doc, window) / _pairs(seq, None)
+    # the closed forms drop the O(1/l) diagonal terms of both counts
+    assert m.attention_window_fraction(seq, doc) == pytest.approx(exact, rel=5e-3)
+
+
+def test_one_document_per_sequence_changes_nothing() -> None:
+    m = tiny_model(sliding_window=128, full_attention_interval=2)
+    assert m.attention_window_fraction(1024, 1024) == m.attention_window_fraction(1024)
+    assert m.attention_window_fraction(1024, 5000) == m.attention_window_fraction(1024)
+    assert tiny_model().attention_window_fraction(4096, 4096) == 1.0
+
+
+def test_packed_documents_scale_attention_flops_and_nothing_else() -> None:
+    ops = {}
+    for name, doc in (("one", None), ("packed", 128)):
+        run = tiny_run(num_gpus=1, model=tiny_model(seq_len=1024), global_batch_size=1,
+                       document_tokens=doc)
+        fwd, _, _ = ChunkBinder(run).layer_ops("dense")
+        ops[name] = {op.name: op for op in fwd}
+    for name, op in ops["one"].items():
+        other = ops["packed"][name]
+        if op.kind == "attention":
+            assert other.flops == pytest.approx(op.flops * 128 / 1024)
+        else:
+            assert (other.flops, other.bytes, other.size) == (op.flops, op.bytes, op.size)
+
+
+def test_packed_documents_shorten_the_step_by_the_attention_saved() -> None:
+    base = dict(num_gpus=1, model=tiny_model(seq_len=2048), global_batch_size=2)
+    one = simulate_run(tiny_run(**base))  # type: ignore[arg-type]
+    packed = simulate_run(tiny_run(**base, document_tokens=256))  # type: ignore[arg-type]
+    assert packed.step_time_s < one.step_time_s
+    saved = (one.breakdown_s["forward"] + one.breakdown_s["backward"]
+             - packed.breakdown_s["forward"] - packed.breakdown_s["backward"])
+    assert saved == pytest.approx(one.step_time_s - packed.step_time_s, rel=1e-6)
+
+
 def test_catalog_windows() -> None:
     oss = load_model("gpt-oss-120b")
     assert (oss.sliding_window, oss.full_attention_interval) == (128, 2)

@@ -204,3 +204,8 @@ def test_read_degree(text: str, col: str, degree: int | None) -> None:
     from codesign.validation.prose import read_degree
 
     assert read_degree(text, col) == degree
+
+
+@pytest.mark.parametrize(("text", "reading"), DATA["packing"])
+def test_packing(text: str, reading: list[Any]) -> None:
+    assert list(prose.read_packing(text)) == reading, text

@@ -18,6 +18,7 @@ from conftest import tiny_run
 from codesign.api import simulate_run
 from codesign.validation.runner import run_case, source_flops
 from codesign.validation.training_cases import (
+    PACKED_DOCUMENT_TOKENS,
     MappedCase,
     framework_of,
     iter_cases,
@@ -465,3 +466,27 @@ def test_llama_saved_linear_outputs_are_gemm_output_recompute() -> None:
                 and r.parallel.micro_batch_size == runs[0].parallel.micro_batch_size)
     assert timed.breakdown_s.get("recompute", 0.0) > 0.0
     assert timed.step_time_s > simulate_run(none).step_time_s
+
+
+def test_packed_fine_tuning_rows_attend_within_each_sample() -> None:
+    """NeMo's fine-tuning table: "we use SQuAD-v1.1 dataset, and the inputs are packed to 4096
+    tokens". Each packed sample attends only to itself, so every candidate run carries the
+    sample length (the stated one, else the documented assumption) and is priced faster than
+    the same plan with one document per sequence; a fine-tuning row that says nothing of
+    packing, and a pretraining row that packs documents, keep one document per sequence."""
+    row = {**_ROW, "source": "NVIDIA NeMo performance summary, NeMo 24.07",
+           "seq_len": "4096", "notes": "SFT fine-tuning on SQuAD packed to 4096 tokens"}
+    case = map_row(row)
+    runs = [run for group in case.candidates for run in group]
+    assert runs and all(r.parallel.document_tokens == PACKED_DOCUMENT_TOKENS for r in runs)
+    assert any("ASSUMPTION" in n and "packed" in n for n in case.assumptions)
+    stated = map_row({**row, "notes": "SFT with sequence packing, average sample length "
+                                      "300 tokens"})
+    assert all(r.parallel.document_tokens == 300 for g in stated.candidates for r in g)
+    for notes in ("SFT fine-tuning on SQuAD", "pretraining, documents packed into "
+                  "4096-token sequences"):
+        plain = map_row({**row, "notes": notes})
+        assert all(r.parallel.document_tokens is None for g in plain.candidates for r in g)
+    one = runs[0].model_copy(update={"parallel": runs[0].parallel.model_copy(
+        update={"document_tokens": None})})
+    assert simulate_run(runs[0]).step_time_s < simulate_run(one).step_time_s

@@ -292,24 +292,35 @@ class ModelSpec(Spec):
         k = self.full_attention_interval
         return n if k is None else n - n // k
 
-    def attention_window_fraction(self, seq_len: float) -> float:
+    def attention_window_fraction(self, seq_len: float,
+                                  document_tokens: float | None = None) -> float:
         """Attention FLOPs a causal kernel executes over ``seq_len`` tokens with this model's
-        sliding windows, as a fraction of those of full causal attention, averaged over the
-        attention layers (1.0 without windows or when ``seq_len`` ≤ the window).
+        sliding windows, and with the sequence packed from documents of ``document_tokens``
+        tokens that attend only to themselves, as a fraction of those of full causal attention
+        over the sequence, averaged over the attention layers (1.0 without windows or
+        documents, or when neither is shorter than the sequence).
 
-        A query at position ``i`` attends to ``min(i + 1, W)`` keys, so a window-``W`` layer
-        executes ``W·S − W²/2`` query-key pairs against ``S²/2`` for full causal attention:
-        a fraction ``2W/S − (W/S)²`` (mask-granularity effects of the kernel's tiles are
-        ignored). ASSUMPTION: the model-wide average stands for every layer, so a pipeline
+        A query at position ``i`` of its document attends to ``min(i + 1, W)`` keys, so a
+        document of ``l`` tokens executes ``l²/2`` query-key pairs (``W·l − W²/2`` under a
+        window ``W < l``) and the ``S/l`` documents of the sequence ``2·pairs/(S·l)`` of the
+        ``S²/2`` of full causal attention: ``l/S`` without a window, ``2W/S − (W/S)²`` for one
+        document with a window (mask-granularity effects of the kernel's tiles are ignored).
+        ASSUMPTION: every document has the mean length (longer documents in a mix cost more,
+        ``E[l²]/E[l]``), and the model-wide average stands for every layer, so a pipeline
         stage holding more windowed layers than its share is priced at the average."""
+        s = float(seq_len)
+        doc = s if document_tokens is None else min(float(document_tokens), s)
+
+        def fraction(w: float | None) -> float:
+            pairs = doc * doc / 2 if w is None or doc <= w else w * doc - w * w / 2
+            return 2 * pairs / (s * doc)
+
         windowed = self.windowed_attention_layers
         w = self.sliding_window
-        if not windowed or w is None or seq_len <= w:
-            return 1.0
-        r = w / seq_len
-        frac = 2 * r - r * r
+        if not windowed or w is None:
+            return fraction(None)
         n = self.attention_layers
-        return ((n - windowed) + windowed * frac) / n
+        return ((n - windowed) * fraction(None) + windowed * fraction(w)) / n
 
     @property
     def is_hybrid(self) -> bool:

@@ -82,6 +82,14 @@ class ParallelismSpec(Spec):
                                    json_schema_extra={"flag": "--global-batch"})
     seq_len: int | None = Field(default=None, ge=1,
                                 description="sequence length; None = the model's seq_len")
+    document_tokens: int | None = Field(
+        default=None, ge=1,
+        description="mean tokens per document of a packed sequence whose attention is masked "
+                    "per document (fine-tuning sequence packing: Transformer Engine THD "
+                    "layout with cu_seqlens, FlashAttention varlen), so each document attends "
+                    "only to itself; None = one document per sequence (pretraining "
+                    "concatenation attends across document boundaries)",
+        json_schema_extra={"column": False})
     recompute: Literal["none", "selective", "full"] = Field(default="none",
                                                             description="activation recompute",
                                                             json_schema_extra={

@@ -965,6 +965,60 @@ def read_lora(text: str) -> tuple[bool, int | None]:
     rank = int(m.group(1)) if m is not None else 0
     return True, rank if rank >= 1 else None
 
+
+#: a statement that sequences are packed from several samples: "sequence packing", "packed
+#: sequences", "inputs are packed to 4096 tokens", "SQuAD packed to 4096 tokens"; or the
+#: variable-length attention that packing runs on (Transformer Engine's THD layout with
+#: ``cu_seqlens``, FlashAttention ``varlen``, padding-free batches)
+_UNITS = r"(?:sequences?|samples?|examples?|inputs?|documents?|tokens?|conversations?)"
+_PACKED = re.compile(
+    r"\b(?:sequence|sample|example|input|document)s?[- ]packing\b"
+    rf"|\bpack(?:ed|s|ing)?\b[^.;]{{0,40}}?\b{_UNITS}\b"
+    rf"|\b{_UNITS}\b[^.;]{{0,30}}?\bpacked\b"
+    r"|\bwith\s+packing\b|\bpacking\s*(?:=|:)\s*(?:true|on|enabled)\b"
+    r"|\bthd\b|\bcu_seqlens\b|\bvarlen\b|padding[- ]free")
+#: packing said not to be used ("without sequence packing", "no packing", "unpacked")
+_NOT_PACKED = re.compile(r"\b(?:without|no|not|w/o)\s+(?:\w+\s+){0,2}?pack|\bunpacked\b"
+                         r"|\bpacking\s*(?:=|:)?\s*(?:off|false|disabled|none)\b")
+#: fine-tuning, where a packed sequence's samples are kept apart in attention (NeMo, Megatron
+#: Bridge, TRL ``padding_free``, torchtune): "SFT", "fine-tuning", "LoRA", "PEFT"
+_FINE_TUNING = re.compile(r"\b(?:sft|peft|q?lora|fine[- ]?tun\w*|instruction[- ]tun\w*"
+                          r"|supervised fine)")
+#: attention said to stay within each packed document, whatever the training stage
+_DOC_MASKED = re.compile(
+    r"\bthd\b|\bcu_seqlens\b|\bvarlen\b|padding[- ]free"
+    r"|(?:document|sample|example|sequence)[- ](?:level |wise )?(?:attention )?mask"
+    r"|attention\s+(?:is\s+)?(?:masked|restricted|confined|limited)\s+(?:to|per|within)\s+"
+    r"(?:each\s+|its\s+own\s+)?(?:document|sample|example|sequence)")
+#: a stated mean length of the packed samples: "average sample length 350 tokens", "mean
+#: example length of ~512 tokens", "documents of about 300 tokens"
+_DOC_LEN = re.compile(
+    r"\b(?:average|mean|avg\.?|typical)\s+(?:packed\s+)?(?:sample|example|document|sequence"
+    r"|conversation|record)\s+(?:length|size)\s*(?:of|is|=|:|~|≈|about|around|\s)*"
+    r"([\d,]+)\s*tokens"
+    r"|\b(?:samples|examples|documents|conversations)\s+(?:of|averaging)\s+(?:about\s+|~\s*"
+    r"|around\s+)?([\d,]+)\s*tokens")
+
+
+def read_packing(text: str) -> tuple[bool | None, int | None]:
+    """Whether ``text`` says its sequences are packed from samples that attend only to
+    themselves (:data:`_PACKED` in a fine-tuning context, :data:`_FINE_TUNING`, or with
+    per-document masking stated, :data:`_DOC_MASKED`; ``False`` when it says packing is not
+    used; ``None`` when it says neither), and the mean sample length in tokens it states
+    (:data:`_DOC_LEN`; ``None`` when none). Pretraining that packs documents without a
+    stated mask is not read: Megatron-style pretraining concatenates documents and attends
+    across their boundaries (Megatron Bridge docs, "Packed Sequences")."""
+    low = text.lower()
+    if _NOT_PACKED.search(low):
+        return False, None
+    packed = _PACKED.search(low) is not None and (
+        _FINE_TUNING.search(low) is not None or _DOC_MASKED.search(low) is not None)
+    if not packed:
+        return None, None
+    m = _DOC_LEN.search(low)
+    size = int((m.group(1) or m.group(2)).replace(",", "")) if m is not None else 0
+    return True, size if size >= 1 else None
+
 # --- the scale-out network ------------------------------------------------------------------
 
 #: (pattern, scope) for a NIC rate in a network cell; scope: "count" (``N x R`` per node),
@@ -1065,6 +1119,7 @@ __all__ = [
     "read_nic_gbps",
     "read_number",
     "read_other_metric",
+    "read_packing",
     "read_precision",
     "read_recompute",
     "read_recompute_layers",

@@ -75,6 +75,7 @@ from codesign.validation.prose import (
     read_number,
     read_other_metric,
     read_overlap_comm,
+    read_packing,
     read_pointwise_kernels,
     read_precision,
     read_recompute_layers,
@@ -625,6 +626,9 @@ def map_row(row: dict[str, str]) -> MappedCase:
     lora = lora_rank_of(lora_text, notes)
     if lora is not None:
         plan["lora_rank"] = lora
+    docs = _packed_documents(row, notes)
+    if docs is not None:
+        plan["document_tokens"] = docs
     if tp is None or pp is None:
         return _searched_case(row, fw, notes, measurement, model, gpu, topo, n, plan,
                               dict(tp=tp, pp=pp, cp=cp, ep=ep, sp=sp, zero=zero))
@@ -705,6 +709,39 @@ def _global_batch(row: dict[str, str], seq_len: int, n: int, tp: int | None, pp:
         notes.append(f"global batch {gbs} is not a multiple of dp {dp}: {rounded}")
         gbs = rounded
     return gbs
+
+
+#: mean tokens per sample of a packed fine-tuning row that states none. ASSUMPTION: the long
+#: end of instruction and QA samples (a SQuAD v1.1 sample is a Wikipedia paragraph of at least
+#: 500 characters plus a question, Rajpurkar et al. 2016 Sec. 2). Once samples are short
+#: against the pack the attention left is a few per cent of the step, so the value matters
+#: little: NeMo 24.07's packed SFT and LoRA rows move < 1% between 128 and 512 tokens
+#: (docs/validation.md)
+PACKED_DOCUMENT_TOKENS = 512
+
+
+def _packed_documents(row: dict[str, str], notes: list[str]) -> int | None:
+    """Mean tokens per document of a row that says its sequences are packed from samples
+    that attend only to themselves (:func:`~codesign.validation.prose.read_packing`), else
+    ``None`` (one document per sequence): the length the row states, else
+    :data:`PACKED_DOCUMENT_TOKENS`. A fine-tuning row that does not mention packing is not
+    packed: Megatron Bridge's SFT and PEFT recipes pack SQuAD ("uses SQuAD with packed
+    sequences by default", megatron/bridge/recipes/common.py), but its performance recipes
+    pad every sample to the pack length (``dataset_kwargs = {"pad_to_max_length": True}``,
+    megatron/bridge/perf_recipes/llama/*/llama3.py), one sample per sequence."""
+    text = row_text(row, ("notes", "other_measured", "model", "source", "source_location"),
+                    lower=False)
+    packed, size = read_packing(text)
+    if not packed:
+        return None
+    if size is None:
+        notes.append(f"sequences packed from fine-tuning samples, each attending only to "
+                     f"itself (as the row states); sample length not stated: "
+                     f"{PACKED_DOCUMENT_TOKENS} tokens (ASSUMPTION)")
+        return PACKED_DOCUMENT_TOKENS
+    notes.append(f"sequences packed from fine-tuning samples of {size} tokens, each "
+                 f"attending only to itself (as the row states)")
+    return size
 
 
 #: tensor-parallel sizes a LoRA row that states none is tried at (powers of two within a node)

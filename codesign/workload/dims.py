@@ -259,7 +259,7 @@ def bind_dims(run: TrainingRun, unsharded: bool = False) -> dict[str, float]:
         "ql": 0.0, "kvl": 0.0, "dn": 0.0, "dr": 0.0, "dv": 0.0,
         "E": 1.0, "E_l": 1.0, "k": 0.0, "fe_t": 0.0, "Tx": 0.0, "Td": 0.0, "fs_t": 0.0,
         "etp": float(etp),
-        "aw": m.attention_window_fraction(seq),
+        "aw": m.attention_window_fraction(seq, p.document_tokens),
     }
     if m.mla is not None:
         env.update(ql=float(m.mla.q_lora_rank or 0), kvl=m.mla.kv_lora_rank,
