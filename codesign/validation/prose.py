@@ -987,7 +987,7 @@ _FINE_TUNING = re.compile(r"\b(?:sft|peft|q?lora|fine[- ]?tun\w*|instruction[- ]
 #: attention said to stay within each packed document, whatever the training stage
 _DOC_MASKED = re.compile(
     r"\bthd\b|\bcu_seqlens\b|\bvarlen\b|padding[- ]free"
-    r"|(?:document|sample|example|sequence)[- ](?:level |wise )?(?:attention )?mask"
+    r"|(?:document|sample|example)[- ](?:level |wise )?(?:attention )?mask"
     r"|attention\s+(?:is\s+)?(?:masked|restricted|confined|limited)\s+(?:to|per|within)\s+"
     r"(?:each\s+|its\s+own\s+)?(?:document|sample|example|sequence)")
 #: a stated mean length of the packed samples: "average sample length 350 tokens", "mean
@@ -1018,6 +1018,7 @@ def read_packing(text: str) -> tuple[bool | None, int | None]:
     m = _DOC_LEN.search(low)
     size = int((m.group(1) or m.group(2)).replace(",", "")) if m is not None else 0
     return True, size if size >= 1 else None
+
 
 # --- the scale-out network ------------------------------------------------------------------
 
