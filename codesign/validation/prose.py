@@ -971,12 +971,13 @@ def read_lora(text: str) -> tuple[bool, int | None]:
 #: variable-length attention that packing runs on (Transformer Engine's THD layout with
 #: ``cu_seqlens``, FlashAttention ``varlen``, padding-free batches)
 _UNITS = r"(?:sequences?|samples?|examples?|inputs?|documents?|tokens?|conversations?)"
+_VARLEN = r"\bthd\b|\bcu_seqlens\b|\bvarlen\b|padding[- ]free"
 _PACKED = re.compile(
     r"\b(?:sequence|sample|example|input|document)s?[- ]packing\b"
     rf"|\bpack(?:ed|s|ing)?\b[^.;]{{0,40}}?\b{_UNITS}\b"
     rf"|\b{_UNITS}\b[^.;]{{0,30}}?\bpacked\b"
     r"|\bwith\s+packing\b|\bpacking\s*(?:=|:)\s*(?:true|on|enabled)\b"
-    r"|\bthd\b|\bcu_seqlens\b|\bvarlen\b|padding[- ]free")
+    rf"|{_VARLEN}")
 #: packing said not to be used ("without sequence packing", "no packing", "unpacked")
 _NOT_PACKED = re.compile(r"\b(?:without|no|not|w/o)\s+(?:\w+\s+){0,2}?pack|\bunpacked\b"
                          r"|\bpacking\s*(?:=|:)?\s*(?:off|false|disabled|none)\b")
@@ -986,7 +987,7 @@ _FINE_TUNING = re.compile(r"\b(?:sft|peft|q?lora|fine[- ]?tun\w*|instruction[- ]
                           r"|supervised fine)")
 #: attention said to stay within each packed document, whatever the training stage
 _DOC_MASKED = re.compile(
-    r"\bthd\b|\bcu_seqlens\b|\bvarlen\b|padding[- ]free"
+    rf"{_VARLEN}"
     r"|(?:document|sample|example)[- ](?:level |wise )?(?:attention )?mask"
     r"|attention\s+(?:is\s+)?(?:masked|restricted|confined|limited)\s+(?:to|per|within)\s+"
     r"(?:each\s+|its\s+own\s+)?(?:document|sample|example|sequence)")
