@@ -103,6 +103,14 @@ def test_network(text: str, gbps: float | None) -> None:
     assert (got[0] if got else None) == gbps, text
 
 
+@pytest.mark.parametrize(("text", "gbps"), DATA["network_notes"])
+def test_network_notes(text: str, gbps: float | None) -> None:
+    """A rate in a clause naming the scale-out fabric is the network; a server's own links
+    (NVLink, NVSwitch) or a rate with no fabric named are not."""
+    got = prose.read_network_prose(text, 8)
+    assert (got[0] if got else None) == gbps, text
+
+
 @pytest.mark.parametrize(("text", "tokens"), DATA["seq_len"])
 def test_seq_len(text: str, tokens: int | None) -> None:
     """Context lengths are binary: "4K" is 4,096 tokens, "128K" 131,072 (model cards)."""

@@ -490,3 +490,32 @@ def test_packed_fine_tuning_rows_attend_within_each_sample() -> None:
     one = runs[0].model_copy(update={"parallel": runs[0].parallel.model_copy(
         update={"document_tokens": None})})
     assert simulate_run(runs[0]).step_time_s < simulate_run(one).step_time_s
+
+
+
+@pytest.mark.parametrize(("notes", "network", "topology", "nic_gbps", "rate_read"), [
+    # BloombergGPT (arXiv 2303.17564): the instance and its EFA rate (the instance's own
+    # 50 Gb/s per GPU, so no override) in the notes only
+    ("ALiBi; 64 p4d.24xlarge; 400 Gbps EFA", "", "aws-p4d", 50.0, False),
+    # the notes name a rate, the network cell is empty: the GPU's usual system at that rate
+    ("each node with 8x 100 Gb/s InfiniBand", "", "dgx-a100-40gb", 100.0, True),
+    # the network cell wins over the notes' rate (the notes still name the instance)
+    ("64 p4d.24xlarge; 400 Gbps EFA", "8x 200Gb/s HDR InfiniBand per node", "aws-p4d", 200.0,
+     False),
+    # an instance of another part is not this row's system; an NVLink rate is not the network
+    ("compared with p4de.24xlarge; NVLink 600 GB/s", "", "dgx-a100-40gb", 200.0, False),
+])
+def test_the_system_and_network_the_notes_name(notes: str, network: str, topology: str,
+                                               nic_gbps: float, rate_read: bool) -> None:
+    """A bare part in gpu_type runs on the system or cloud instance its notes name (when that
+    instance holds this part), and an empty network cell takes the scale-out rate the notes
+    state; both readings are reported."""
+    row = {**_ROW, "gpu_type": "A100-SXM4-40GB", "num_gpus": "16", "gpus_per_node": "8",
+           "notes": notes, "inter_node_network": network}
+    case = map_row(row)
+    run = case.candidates[0][0]
+    assert (run.topology.name, run.topology.scale_out.nic_bandwidth_Gbps) == (topology,
+                                                                              nic_gbps)
+    said = " ".join(case.assumptions)
+    assert ("system named in the notes: aws-p4d" in said) == (topology == "aws-p4d")
+    assert ("(read from the notes)" in said) == rate_read

@@ -127,6 +127,22 @@ GENERATIONS: tuple[tuple[str, str], ...] = (
 )
 
 
+def system_named(text: str, gpu: str) -> str | None:
+    """The catalog topology of the first cloud instance with a topology of its own
+    (:data:`INSTANCES`: AWS p4d/p4de, p3dn) or named system (:data:`SYSTEMS`: DGX-1, DGX-2,
+    Alps) that free text mentions ("ALiBi; 64 p4d.24xlarge; 400 Gbps EFA") and that holds
+    catalog GPU ``gpu``: an instance holds exactly its part, a system any part of its
+    family (a DGX-1 of 16 or 32 GB V100s); else ``None``."""
+    low = re.sub(r"[-_./]+", " ", text.lower())
+    for pattern, part, topo in INSTANCES:
+        if topo is not None and part == gpu and re.search(pattern, low):
+            return topo
+    for pattern, part, topo in SYSTEMS:
+        if part.split("-")[0] == gpu.split("-")[0] and re.search(pattern, low):
+            return topo
+    return None
+
+
 @dataclass(frozen=True)
 class Resolved:
     """A GPU (and the system, when the text names one) read from a name."""
@@ -363,4 +379,4 @@ def resolve_model(text: str, entries: list[tuple[str, Any]]) -> tuple[str, tuple
 
 
 __all__ = ["INSTANCES", "SYSTEMS", "Resolved", "closest", "model_key", "normalize", "resolve_gpu",
-           "resolve_model"]
+           "resolve_model", "system_named"]

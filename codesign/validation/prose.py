@@ -1069,11 +1069,11 @@ def read_nic_gbps(text: str, gpus_per_node: int) -> tuple[float, str] | None:
     :data:`_BYTE_RATE`) -> 400; "200 Gbps InfiniBand" (a bare adapter rate,
     :data:`MAX_PORT_GBPS`) -> 200. ``None`` when the cell says
     it is not stated or gives no rate. Storage NICs ("+2 storage HCAs") are not counted."""
-    bits = _bits(text.strip())
+    bits = _bits(re.sub(r"(\d),(\d{3})\b", r"\1\2", text.strip()))  # "3,200 Gbps"
     t = bits.lower()
     if not t or "not stated" in t or gpus_per_node < 1:
         return None
-    stated = " (stated in bytes/s: x8)" if bits != text.strip() else ""
+    stated = " (stated in bytes/s: x8)" if _BYTE_RATE.search(text) else ""
     # InfiniBand generations name their rate: EDR 100, HDR 200, NDR 400, XDR 800 Gb/s
     t = re.sub(r"\b(edr|hdr|ndr|xdr)\s*(\d{3})?\b",
                lambda m: f"{m.group(2) or _IB_RATE[m.group(1)]}g ", t)
@@ -1094,6 +1094,36 @@ def read_nic_gbps(text: str, gpus_per_node: int) -> tuple[float, str] | None:
             return rate, f"network '{m.group(0)}': {rate:g} Gb/s per GPU{stated}"
         return rate / gpus_per_node, (f"network '{m.group(0)}' per node: "
                                       f"{rate / gpus_per_node:g} Gb/s per GPU{stated}")
+    return None
+
+
+#: a clause of free text that speaks of the scale-out network (the fabric between servers):
+#: its technology, adapters or role
+_SCALE_OUT_WORDS = re.compile(
+    r"\b(?:infiniband|ib|efa|roce(?:v2)?|ethernet|nics?|hcas?|connectx[-\w]*|slingshot|"
+    r"[ehnx]dr|inter[- ]?node|scale[- ]?out|between (?:nodes|servers|hosts))\b", re.I)
+#: a clause that speaks of the links inside a server or rack instead
+_SCALE_UP_WORDS = re.compile(r"nvlink|nvswitch|pcie|xgmi|infinity fabric|\bici\b|c2c|"
+                             r"intra[- ]?node", re.I)
+
+
+def read_network_prose(text: str, gpus_per_node: int) -> tuple[float, str] | None:
+    """Scale-out bandwidth per GPU (Gb/s) that free text (a row's notes) states, with the note:
+    the first clause (split at ';' and sentence ends) that names the scale-out network
+    (:data:`_SCALE_OUT_WORDS`) and not a server's own links (:data:`_SCALE_UP_WORDS`, so an
+    NVLink rate is never read as the network), read as a network cell
+    (:func:`read_nic_gbps`); a clause naming both is read by its comma-separated parts
+    (not split at a thousands separator): "64 p4d.24xlarge; 400 Gbps EFA" -> 50 at 8 GPUs
+    per node, "NVLink 600 GB/s, 8x 200Gb/s HDR InfiniBand per node" -> 200."""
+    for clause in re.split(r"[;\n]|\.\s", text):
+        parts = [clause]
+        if _SCALE_OUT_WORDS.search(clause) and _SCALE_UP_WORDS.search(clause):
+            parts = re.split(r",(?!\d{3}\b)", clause)
+        for part in parts:
+            if _SCALE_OUT_WORDS.search(part) and not _SCALE_UP_WORDS.search(part):
+                found = read_nic_gbps(part, gpus_per_node)
+                if found is not None:
+                    return found[0], found[1] + " (read from the notes)"
     return None
 
 
@@ -1118,6 +1148,7 @@ __all__ = [
     "read_grad_reduce_in_fp32",
     "read_interleave",
     "read_lora",
+    "read_network_prose",
     "read_nic_gbps",
     "read_number",
     "read_other_metric",

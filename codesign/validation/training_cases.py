@@ -40,6 +40,7 @@ from codesign.specs.base import format_validation_error
 from codesign.specs.catalog import load_gpu, load_model, load_topology, resolve_system
 from codesign.specs.gpu import GpuSpec
 from codesign.specs.model import ModelSpec, MoESpec
+from codesign.specs.names import system_named
 from codesign.specs.parallel import ParallelismSpec
 from codesign.specs.run import TrainingRun
 from codesign.units import GiB
@@ -71,6 +72,7 @@ from codesign.validation.prose import (
     read_loss_stage,
     read_mlp_kind,
     read_mtp,
+    read_network_prose,
     read_nic_gbps,
     read_number,
     read_other_metric,
@@ -436,7 +438,7 @@ def topology_of(row: dict[str, str], gpu_default: str, notes: list[str]) -> str:
         notes.append("network: meta-h100-roce (RoCE 400 Gb/s per GPU, 3-layer Clos)")
         return "meta-h100-roce"
     if not net or "not stated" in net:
-        notes.append(f"network not stated: {gpu_default} (the GPU's standard system)")
+        notes.append(f"network column not stated: {gpu_default}'s")
     return gpu_default
 
 
@@ -537,8 +539,17 @@ def _fp4_plan(gpu: GpuSpec, prose: str, notes: list[str]) -> dict[str, Any]:
 
 
 def gpu_and_topology_of(row: dict[str, str], notes: list[str]) -> tuple[GpuSpec, Any]:
-    """The row's GPU and its system, with the network the row describes."""
+    """The row's GPU and its system, with the network the row describes: a system or cloud
+    instance its notes name (:func:`~codesign.specs.names.system_named`) when ``gpu_type``
+    names a bare part, and the scale-out rate its notes state when ``inter_node_network``
+    is empty."""
     gpu, system = gpu_of(row, notes)
+    if resolve_system(row["gpu_type"]).topology is None:
+        named = system_named(_prose(row), gpu.name)
+        if named is not None and named != system:
+            notes.append(f"system named in the notes: {named} ({gpu.name}'s usual system is "
+                         f"{system})")
+            system = named
     topo = load_topology(topology_of(row, system, notes))
     return gpu, with_stated_nic(topo, row, notes)
 
@@ -551,7 +562,9 @@ def with_stated_nic(topo: Any, row: dict[str, str], notes: list[str]) -> Any:
     # 4- or 8-GPU tray)
     stated_per_node = int_cell(row, "gpus_per_node") or 8
     per_node: int = stated_per_node if stated_per_node <= 16 else 8
-    stated = read_nic_gbps(row.get("inter_node_network", ""), per_node)
+    cell = row.get("inter_node_network", "")
+    stated = (read_nic_gbps(cell, per_node) if cell.strip() else
+              read_network_prose(_prose(row), per_node))
     out = getattr(topo, "scale_out", None)
     if stated is None or out is None or abs(stated[0] - out.nic_bandwidth_Gbps) \
             <= 0.01 * out.nic_bandwidth_Gbps:
