@@ -438,7 +438,7 @@ def topology_of(row: dict[str, str], gpu_default: str, notes: list[str]) -> str:
         notes.append("network: meta-h100-roce (RoCE 400 Gb/s per GPU, 3-layer Clos)")
         return "meta-h100-roce"
     if not net or "not stated" in net:
-        notes.append(f"network column not stated: {gpu_default}'s")
+        notes.append(f"network column not stated: {gpu_default}'s scale-out network")
     return gpu_default
 
 
@@ -556,7 +556,9 @@ def gpu_and_topology_of(row: dict[str, str], notes: list[str]) -> tuple[GpuSpec,
 
 def with_stated_nic(topo: Any, row: dict[str, str], notes: list[str]) -> Any:
     """``topo`` with the scale-out NIC rate per GPU the row's ``inter_node_network`` states
-    (:func:`~codesign.validation.prose.read_nic_gbps`), when it differs from the system's."""
+    (:func:`~codesign.validation.prose.read_nic_gbps`), or its notes when that cell is empty
+    (:func:`~codesign.validation.prose.read_network_prose`), when it differs from the
+    system's."""
     # GPUs behind one server's NICs: the row's gpus_per_node up to 16 (a DGX-2 shares 8 NICs
     # among 16 GPUs), else 8 (a rack-scale NVLink domain such as NVL72 still has its NICs per
     # 4- or 8-GPU tray)
