@@ -131,11 +131,17 @@ OTHER_METRIC_PATTERNS: tuple[tuple[str, str, float], ...] = (
 )
 
 
+def _no_thousands(text: str) -> str:
+    """``text`` with the thousands separators of its numbers dropped ("3,200" -> "3200"),
+    other commas kept."""
+    return re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)
+
+
 def read_other_metric(text: str) -> tuple[str, float] | None:
     """The measurement a free-text cell states (:data:`OTHER_METRIC_PATTERNS`): ``(kind,
     value)`` with ``value`` in the kind's unit (seconds, tokens/s, TFLOP/s, %); ``None``
     when it states none of them."""
-    low = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text.lower())
+    low = _no_thousands(text.lower())
     for pattern, kind, scale in OTHER_METRIC_PATTERNS:
         m = re.search(pattern, low)
         if not m:
@@ -1069,7 +1075,7 @@ def read_nic_gbps(text: str, gpus_per_node: int) -> tuple[float, str] | None:
     :data:`_BYTE_RATE`) -> 400; "200 Gbps InfiniBand" (a bare adapter rate,
     :data:`MAX_PORT_GBPS`) -> 200. ``None`` when the cell says
     it is not stated or gives no rate. Storage NICs ("+2 storage HCAs") are not counted."""
-    bits = _bits(re.sub(r"(\d),(\d{3})\b", r"\1\2", text.strip()))  # "3,200 Gbps"
+    bits = _bits(_no_thousands(text.strip()))  # "3,200 Gbps"
     t = bits.lower()
     if not t or "not stated" in t or gpus_per_node < 1:
         return None
@@ -1113,12 +1119,12 @@ def read_network_prose(text: str, gpus_per_node: int) -> tuple[float, str] | Non
     (:data:`_SCALE_OUT_WORDS`) and not a server's own links (:data:`_SCALE_UP_WORDS`, so an
     NVLink rate is never read as the network), read as a network cell
     (:func:`read_nic_gbps`); a clause naming both is read by its comma-separated parts
-    (not split at a thousands separator): "64 p4d.24xlarge; 400 Gbps EFA" -> 50 at 8 GPUs
+    (thousands separators dropped first): "64 p4d.24xlarge; 400 Gbps EFA" -> 50 at 8 GPUs
     per node, "NVLink 600 GB/s, 8x 200Gb/s HDR InfiniBand per node" -> 200."""
-    for clause in re.split(r"[;\n]|\.\s", text):
+    for clause in re.split(r"[;\n]|\.\s", _no_thousands(text)):
         parts = [clause]
         if _SCALE_OUT_WORDS.search(clause) and _SCALE_UP_WORDS.search(clause):
-            parts = re.split(r",(?!\d{3}\b)", clause)
+            parts = clause.split(",")
         for part in parts:
             if _SCALE_OUT_WORDS.search(part) and not _SCALE_UP_WORDS.search(part):
                 found = read_nic_gbps(part, gpus_per_node)

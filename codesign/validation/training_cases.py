@@ -511,13 +511,20 @@ def gpu_of(row: dict[str, str], notes: list[str]) -> tuple[GpuSpec, str]:
     """The GPU a row's ``gpu_type`` names and the system it implies (a named system or cloud
     instance, else the GPU's usual one), through the one name resolver; training and inference
     rows read their hardware here."""
+    gpu, named = _hardware(row, notes)
+    return gpu, named or gpu.default_topology
+
+
+def _hardware(row: dict[str, str], notes: list[str]) -> tuple[GpuSpec, str | None]:
+    """The catalog GPU ``gpu_type`` names and the system it names (``None`` for a bare
+    part), through the one name resolver."""
     try:
         found = resolve_system(row["gpu_type"])
         gpu = load_gpu(found.gpu)
     except SpecError as exc:
         raise Unsupported(f"gpu_type {row['gpu_type']!r}: {exc}") from None
     notes.extend(found.notes)
-    return gpu, found.topology or gpu.default_topology
+    return gpu, found.topology
 
 
 def _fp4_plan(gpu: GpuSpec, prose: str, notes: list[str]) -> dict[str, Any]:
@@ -543,8 +550,9 @@ def gpu_and_topology_of(row: dict[str, str], notes: list[str]) -> tuple[GpuSpec,
     instance its notes name (:func:`~codesign.specs.names.system_named`) when ``gpu_type``
     names a bare part, and the scale-out rate its notes state when ``inter_node_network``
     is empty."""
-    gpu, system = gpu_of(row, notes)
-    if resolve_system(row["gpu_type"]).topology is None:
+    gpu, system = _hardware(row, notes)
+    if system is None:
+        system = gpu.default_topology
         named = system_named(_prose(row), gpu.name)
         if named is not None and named != system:
             notes.append(f"system named in the notes: {named} ({gpu.name}'s usual system is "

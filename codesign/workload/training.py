@@ -253,6 +253,11 @@ DOT_POLICY_GEMMS: dict[str, tuple[str, ...]] = {
     "mlp": MLP_INPUT_GEMMS + MLP_OUTPUT_GEMMS}
 
 
+#: a MoE layer's shared-expert operators (template names): the ``shared_experts`` recompute
+#: module, and part of ``moe``
+_SHARED_EXPERT_OPS = frozenset({"shared_tp_in", "shared_up", "shared_act", "shared_down",
+                                "shared_tp_out"})
+
 #: the operators (template names) each Megatron-Core recompute module re-runs in backward
 #: (``--recompute-modules``; Megatron-Bridge docs/training/activation-recomputation.md):
 #: ``core_attn`` the attention core (with its context-parallel gather), ``mla_up_proj`` MLA's
@@ -266,11 +271,9 @@ MODULE_OPS: dict[str, frozenset[str]] = {
     "layernorm": frozenset({"attn_norm", "mlp_norm", "moe_norm", "mamba_norm"}),
     "mlp": frozenset({"mlp_tp_in", "mlp_up", "mlp_act", "mlp_down", "mlp_tp_out"}),
     "moe": frozenset({"router", "router_topk", "permute", "tokens_per_expert_sync", "dispatch",
-                      "expert_up", "expert_act", "expert_down", "combine", "unpermute",
-                      "shared_tp_in", "shared_up", "shared_act", "shared_down",
-                      "shared_tp_out"}),
-    "shared_experts": frozenset({"shared_tp_in", "shared_up", "shared_act", "shared_down",
-                                 "shared_tp_out"}),
+                      "expert_up", "expert_act", "expert_down", "combine", "unpermute"})
+    | _SHARED_EXPERT_OPS,
+    "shared_experts": _SHARED_EXPERT_OPS,
 }
 #: modules Megatron-Core checkpoints by discarding their output (``CheckpointWithoutOutput``:
 #: the output is freed after its consumer ran and recomputed before the consumer's
