@@ -89,6 +89,27 @@ def test_a_torchtitan_local_batch_is_split_into_pipeline_micro_batches(source: s
     mega = map_row({**row, "source": "NVIDIA Megatron-LM README, 2024"})
     assert {r.parallel.micro_batch_size for g in mega.candidates for r in g} == {32}
 
+def test_a_maxtext_per_device_batch_is_a_replica_batch_of_tp_devices() -> None:
+    """MaxText's per_device_batch_size counts every device (global batch = per-device batch
+    x devices, src/maxtext/configs/base.yml) and runs without gradient accumulation by
+    default, so a TP-16 replica of 16 chips at per-device batch 1 runs 16 sequences at once:
+    256 v5e chips as TP 16 x FSDP 16 with a global batch of 256 is one micro-batch of 16 per
+    replica, not 16 micro-batches of one."""
+    row = {**_ROW, "source": "AI-Hypercomputer/maxtext v5e README", "model": "Llama 2 70B",
+           "gpu_type": "TPU v5e", "num_gpus": "256", "tp": "16", "pp": "1", "dp": "16",
+           "global_batch_size": "256", "micro_batch_size": "1", "seq_len": "2048",
+           "zero_fsdp": "FSDP(16)"}
+    case = map_row(row)
+    assert {r.parallel.micro_batch_size for g in case.candidates for r in g} == {16}
+    assert any("per_device_batch_size" in a for a in case.assumptions)
+    # without TP a device is a replica: the micro-batch is the one stated
+    flat = map_row({**row, "tp": "1", "dp": "256", "micro_batch_size": "1"})
+    assert {r.parallel.micro_batch_size for g in flat.candidates for r in g} == {1}
+    # a batch that is not per-device x devices is a replica's micro-batch as written
+    other = map_row({**row, "global_batch_size": "512"})
+    assert {r.parallel.micro_batch_size for g in other.candidates for r in g} == {1}
+
+
 
 @pytest.mark.parametrize(("source", "year"), [
     ("pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md (commit 820504e2)", 2024),

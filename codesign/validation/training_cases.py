@@ -671,7 +671,7 @@ def map_row(row: dict[str, str]) -> MappedCase:
     dp = n // (tp * pp * cp) if tp * pp * cp else 0
     etp_list = expert_tp_choices(fw, tp, cp, dp, ep, era_year(row), read_expert_tp(prose),
                                  notes)
-    mbs_list = _micro_batch_sizes(row, fw, gbs, dp, pp, notes)
+    mbs_list = _micro_batch_sizes(row, fw, gbs, dp, pp, notes, n)
     n_mb = gbs // (mbs_list[0] * dp) if dp and mbs_list[0] else 0
     vpp_list = _interleaving_depths(row, fw, model.num_layers, pp, n_mb, notes)
     choices = recompute_choices(row.get("activation_recompute", ""), row.get("notes", ""),
@@ -1309,13 +1309,19 @@ TORCHTITAN_STAGE_COUNT_UNTIL = 2024
 
 
 def _micro_batch_sizes(row: dict[str, str], fw: str, gbs: int, dp: int, pp: int,
-                       notes: list[str]) -> list[int]:
+                       notes: list[str], n: int = 0) -> list[int]:
     """The row's micro-batch size, or when not given every size of 1, 2, 4, 8 dividing the
     per-replica batch (a tuned benchmark runs the fastest; recorded per run).
 
     torchtitan states a *local* batch (per data-parallel rank); under pipeline parallelism
     the schedule splits it further (:data:`TORCHTITAN_STAGE_COUNT_UNTIL`), so a torchtitan
-    row whose micro-batch is its whole per-replica batch with PP > 1 is read that way."""
+    row whose micro-batch is its whole per-replica batch with PP > 1 is read that way.
+
+    MaxText states a *per-device* batch: "global_batch_size = per_device_batch_size *
+    num_devices" (``src/maxtext/configs/base.yml``), one micro-batch per step
+    (``gradient_accumulation_steps: 1``), so a MaxText row without PP whose global batch is its
+    micro-batch times its devices runs the whole per-replica batch (``per-device x tp x cp``
+    sequences) at once. ``n``: the row's device count."""
     given = int_cell(row, "micro_batch_size")
     if given is not None and fw == "torchtitan" and pp > 1 and dp and given * dp == gbs:
         year = source_year(row)
@@ -1328,6 +1334,14 @@ def _micro_batch_sizes(row: dict[str, str], fw: str, gbs: int, dp: int, pp: int,
                      "micro-batches of 1 (torchtitan pipeline_parallel_microbatch_size "
                      "default)")
         return [1]
+    if (given is not None and fw == "maxtext" and pp == 1 and dp and n and n > dp
+            and gbs == given * n):
+        per_replica = gbs // dp
+        notes.append(f"micro_batch_size {given} is MaxText's per_device_batch_size: each "
+                     f"data-parallel replica of {n // dp} devices runs {per_replica} "
+                     "sequences at once (global batch = per-device batch x devices, no "
+                     "gradient accumulation)")
+        return [per_replica]
     if given is not None:
         return [given]
     per_replica = gbs // dp if dp else 0
