@@ -52,6 +52,24 @@ def test_a_deepspeed_zero3_row_queues_its_gathers_on_the_group_over_flat_rings(
     assert any("ZeRO-3 is DeepSpeed's" in a for a in case.assumptions)
 
 
+@pytest.mark.parametrize(("zero", "notes"), [
+    ("ZeRO stage 3 (SageMaker model parallel, sharded over 128 GPUs)", "ALiBi"),  # BloombergGPT
+    ("ZeRO-3", "DeepSpeed MiCS, mics_hierarchical_params_gather true"),
+    ("ZeRO-3", "ZeRO++ with hpZ"),
+])
+def test_a_zero3_that_names_mics_gathers_in_two_levels(zero: str, notes: str) -> None:
+    """MiCS (Zhang et al. 2022, arXiv 2205.00119) and ZeRO++'s hpZ gather inside the node,
+    then across nodes per rail: the two-level collectives, the rest of ZeRO-3 as DeepSpeed
+    runs it; the same row without those words keeps the flat rings."""
+    case = map_row({**_ROW, "zero_fsdp": zero, "notes": notes})
+    par = case.candidates[0][0].parallel
+    assert (par.zero_stage, par.collective_algorithm) == (3, "auto")
+    assert par.regather_for_recompute and par.param_gather_queue == "group"
+    assert any("two-level" in a for a in case.assumptions)
+    plain = map_row({**_ROW, "zero_fsdp": "ZeRO-3", "notes": "ALiBi"})
+    assert plain.candidates[0][0].parallel.collective_algorithm == "ring"
+
+
 @pytest.mark.parametrize(("notes", "overlap"), [
     ("", True),  # overlap_comm defaults to true at stage 3
     ("DeepSpeed ZeRO-3, overlap_comm: false", False),

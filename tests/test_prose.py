@@ -145,6 +145,7 @@ READERS = {
     "switch": prose.read_switch,
     "ep_overlap": prose.read_ep_overlap,
     "overlap_comm": prose.read_overlap_comm,
+    "hierarchical_zero3": prose.read_hierarchical_zero3,
     "tp_overlap": prose.read_tp_overlap,
     "grad_reduce": prose.read_grad_reduce_in_fp32,
     "dispatcher": prose.read_dispatcher,

@@ -306,6 +306,23 @@ def read_overlap_comm(text: str) -> bool | None:
     return _first_match(OVERLAP_COMM_PATTERNS, text.lower())
 
 
+#: ZeRO-3 whose parameter gathers are two-level (inside the node, then across nodes per
+#: rail), as its authors name it: MiCS (Zhang et al. 2022, arXiv 2205.00119, Sec. 3.3
+#: "hierarchical communication"; DeepSpeed ``mics_hierarchical_params_gather``), the
+#: SageMaker model parallel library's sharded data parallelism built on it (BloombergGPT, Wu et
+#: al. 2023, Sec. 2.4), ZeRO++'s hierarchical partitioning (hpZ, Wang et al. 2023,
+#: arXiv 2306.10209)
+HIERARCHICAL_ZERO3_PATTERN = (r"\bmics\b|mics_hierarchical|sagemaker (?:distributed )?model "
+                              r"parallel|\bsmp\b|sharded data parallelism|zero\+\+|\bhpz\b"
+                              r"|hierarchical partition|zero_hpz")
+
+
+def read_hierarchical_zero3(text: str) -> bool:
+    """Whether the prose names a ZeRO-3 implementation whose gathers are two-level
+    (:data:`HIERARCHICAL_ZERO3_PATTERN`)."""
+    return re.search(HIERARCHICAL_ZERO3_PATTERN, text.lower()) is not None
+
+
 _TP = r"(?:tp|tensor[- ]parallel(?:ism)?)"
 #: (pattern, overlapped); first match wins. Tensor-parallel communication overlapped with the
 #: GEMMs that produce or consume it, as the frameworks name it: torchtitan's "Async TP"

@@ -67,6 +67,7 @@ from codesign.validation.prose import (
     read_global_batch,
     read_grad_reduce_in_fp32,
     read_head_dim,
+    read_hierarchical_zero3,
     read_interleave,
     read_lora,
     read_loss_stage,
@@ -1266,7 +1267,9 @@ def _sharding_settings(row: dict[str, str], fw: str, zero: int,
     the two-level forms came later and are opt-in (MiCS hierarchical gather,
     ``mics_hierarchical_params_gather``; ZeRO++ hpZ, ``zero_hpz_partition_size``, Wang et al.
     2023, arXiv 2306.10209, whose Sec. 3 counts the full model size crossing nodes per
-    ZeRO-3 pass). A recomputed layer's forward gathers its parameters again
+    ZeRO-3 pass); a row that names one of them, or the SageMaker model parallel library's
+    sharded data parallelism built on MiCS (``prose.read_hierarchical_zero3``), gathers in
+    two levels. A recomputed layer's forward gathers its parameters again
     (``regather_for_recompute``). Gradient reduction overlaps the backward, and so do the
     parameter gathers, in issue order on the group's one queue (``param_gather_queue``
     "group"): ZeRO-3 fetches a module's parameters from the module's own hook, after the
@@ -1287,15 +1290,20 @@ def _sharding_settings(row: dict[str, str], fw: str, zero: int,
     if not deepspeed_zero3(row, fw, zero):
         return {}
     reduce_overlaps = read_overlap_comm(_prose(row)) is not False
+    two_level = read_hierarchical_zero3(f"{row.get('zero_fsdp', '')} {_prose(row)}")
     notes.append("ZeRO-3 is DeepSpeed's: parameter all-gathers and gradient reduce-scatters "
-                 "are flat rings over the whole data-parallel group (every GPU's share "
-                 "crosses its own NIC); a recomputed layer gathers its parameters again; "
+                 + ("are two-level, inside the node then across nodes per rail (MiCS "
+                    "hierarchical communication, as the row names it)" if two_level else
+                    "are flat rings over the whole data-parallel group (every GPU's share "
+                    "crosses its own NIC)")
+                 + "; a recomputed layer gathers its parameters again; "
                  "gathers overlap compute, queued in issue order on the group's one NCCL "
                  "stream (a module's gather waits behind the reduce-scatters issued before "
                  "it); gradient reduce-scatters "
                  + ("overlap the backward (overlap_comm, the stage-3 default)" if reduce_overlaps
                     else "block the backward (overlap_comm off, as the row states)"))
-    return {"collective_algorithm": "ring", "overlap_grad_reduce": reduce_overlaps,
+    return {"collective_algorithm": "auto" if two_level else "ring",
+            "overlap_grad_reduce": reduce_overlaps,
             "overlap_param_gather": True, "regather_for_recompute": True,
             "param_gather_queue": "group"}
 
