@@ -137,11 +137,58 @@ def _no_thousands(text: str) -> str:
     return re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)
 
 
-def read_other_metric(text: str) -> tuple[str, float] | None:
-    """The measurement a free-text cell states (:data:`OTHER_METRIC_PATTERNS`): ``(kind,
-    value)`` with ``value`` in the kind's unit (seconds, tokens/s, TFLOP/s, %); ``None``
-    when it states none of them."""
+#: magnitudes of a count as reports abbreviate or spell them ("1.72M GPU hours", "2T tokens",
+#: "180K", "2 trillion tokens")
+_COUNT_MAGNITUDE = {"k": 1e3, "thousand": 1e3, "m": 1e6, "million": 1e6, "b": 1e9,
+                    "billion": 1e9, "t": 1e12, "trillion": 1e12}
+_COUNT = (r"(?<![\w.])(\d+(?:\.\d+)?)\s*((?:k|m|b|t)(?![a-z])|thousand|million|billion"
+          r"|trillion)?\s*")
+#: device hours, the device optionally named ("H800 GPU hours", "TPU-v4 chip hours")
+_DEVICE_HOURS = (r"(?:[a-z][\w-]*\s+)?(?:gpu|tpu|chip|device|accelerator)[- ]?hours?"
+                 r"|[a-z]+\d+[a-z]*[- ]hours?")
+#: (pattern, group of the device hours, group of the tokens); a training run's cost as papers
+#: state it: "1,720,320 GPU hours for 2.0T tokens" (Llama 2 Table 2 with its token count),
+#: "180K H800 GPU hours per trillion tokens" (DeepSeek-V3 Sec. 1), "2T tokens in 1.7M GPU
+#: hours"; a missing token count after "per" is one ("per trillion tokens")
+GPU_HOURS_PATTERNS: tuple[tuple[str, int, int], ...] = (
+    (rf"{_COUNT}(?:{_DEVICE_HOURS})\s*(?:for|per|to train on|over|on)\s*(?:a\s+|one\s+)?"
+     rf"(?:(\d+(?:\.\d+)?)\s*)?(k|m|b|t|thousand|million|billion|trillion)?\s*tokens?\b",
+     1, 3),
+    (rf"{_COUNT}tokens?\s*(?:in|with|using|took|for)\s*{_COUNT}(?:{_DEVICE_HOURS})", 3, 1),
+)
+
+
+def _count(m: re.Match[str], group: int) -> float:
+    """The count of ``m``'s number group ``group`` times the magnitude in the next group (a
+    magnitude without a number, "per trillion tokens", is one of it)."""
+    number, magnitude = m.group(group), m.group(group + 1)
+    return float(number or 1.0) * _COUNT_MAGNITUDE.get(magnitude or "", 1.0)
+
+
+def read_gpu_hours_rate(text: str) -> float | None:
+    """Tokens per second per device from a run's cost in device hours for a token count
+    (:data:`GPU_HOURS_PATTERNS`): ``tokens / (hours x 3600)``; ``None`` when the text
+    states no such pair."""
     low = _no_thousands(text.lower())
+    for pattern, hours_at, tokens_at in GPU_HOURS_PATTERNS:
+        m = re.search(pattern, low)
+        if m is None or (m.group(tokens_at) is None and m.group(tokens_at + 1) is None):
+            continue
+        hours, tokens = _count(m, hours_at), _count(m, tokens_at)
+        if hours > 0 and tokens > 0:
+            return tokens / (hours * 3600.0)
+    return None
+
+
+def read_other_metric(text: str) -> tuple[str, float] | None:
+    """The measurement a free-text cell states (:data:`OTHER_METRIC_PATTERNS`, then a cost in
+    device hours for a token count, :func:`read_gpu_hours_rate`): ``(kind, value)`` with
+    ``value`` in the kind's unit (seconds, tokens/s, TFLOP/s, %); ``None`` when it states none
+    of them."""
+    low = _no_thousands(text.lower())
+    rate = read_gpu_hours_rate(low)
+    if rate is not None:
+        return "tokens_per_s_per_gpu", rate
     for pattern, kind, scale in OTHER_METRIC_PATTERNS:
         m = re.search(pattern, low)
         if not m:
@@ -1168,6 +1215,7 @@ __all__ = [
     "read_fp4_high_precision_layers",
     "read_fp8_recipe",
     "read_global_batch",
+    "read_gpu_hours_rate",
     "read_grad_reduce_in_fp32",
     "read_interleave",
     "read_lora",

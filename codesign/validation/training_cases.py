@@ -65,6 +65,7 @@ from codesign.validation.prose import (
     read_fp4_high_precision_layers,
     read_fp8_recipe,
     read_global_batch,
+    read_gpu_hours_rate,
     read_grad_reduce_in_fp32,
     read_head_dim,
     read_hierarchical_zero3,
@@ -252,7 +253,9 @@ def _other_measured(row: dict[str, str],
         col, value = "tokens_per_s_total", value * seq
     if value <= 0:
         return {}, {}
-    notes.append(f"metric from other_measured '{cell.strip()}': {col} {value:g}")
+    how = (" (tokens over device hours x 3600: the whole run's average, its restarts and "
+           "evaluations included)" if read_gpu_hours_rate(cell) is not None else "")
+    notes.append(f"metric from other_measured '{cell.strip()}': {col} {value:g}{how}")
     return {col: value}, {col: cell}
 
 
