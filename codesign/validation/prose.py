@@ -141,8 +141,8 @@ def _no_thousands(text: str) -> str:
 #: "180K", "2 trillion tokens")
 _COUNT_MAGNITUDE = {"k": 1e3, "thousand": 1e3, "m": 1e6, "million": 1e6, "b": 1e9,
                     "billion": 1e9, "t": 1e12, "trillion": 1e12}
-_COUNT = (r"(?<![\w.])(\d+(?:\.\d+)?)\s*((?:k|m|b|t)(?![a-z])|thousand|million|billion"
-          r"|trillion)?\s*")
+_COUNT_SCALE = r"((?:k|m|b|t)(?![a-z])|thousand|million|billion|trillion)?\s*"
+_COUNT = rf"(?<![\w.])(\d+(?:\.\d+)?)\s*{_COUNT_SCALE}"
 #: device hours, the device optionally named ("H800 GPU hours", "TPU-v4 chip hours")
 _DEVICE_HOURS = (r"(?:[a-z][\w-]*\s+)?(?:gpu|tpu|chip|device|accelerator)[- ]?hours?"
                  r"|[a-z]+\d+[a-z]*[- ]hours?")
@@ -152,7 +152,7 @@ _DEVICE_HOURS = (r"(?:[a-z][\w-]*\s+)?(?:gpu|tpu|chip|device|accelerator)[- ]?ho
 #: hours"; a missing token count after "per" is one ("per trillion tokens")
 GPU_HOURS_PATTERNS: tuple[tuple[str, int, int], ...] = (
     (rf"{_COUNT}(?:{_DEVICE_HOURS})\s*(?:for|per|to train on|over|on)\s*(?:a\s+|one\s+)?"
-     rf"(?:(\d+(?:\.\d+)?)\s*)?(k|m|b|t|thousand|million|billion|trillion)?\s*tokens?\b",
+     rf"(?:(\d+(?:\.\d+)?)\s*)?{_COUNT_SCALE}tokens?\b",
      1, 3),
     (rf"{_COUNT}tokens?\s*(?:in|with|using|took|for)\s*{_COUNT}(?:{_DEVICE_HOURS})", 3, 1),
 )
@@ -360,8 +360,8 @@ def read_overlap_comm(text: str) -> bool | None:
 #: al. 2023, Sec. 2.4), ZeRO++'s hierarchical partitioning (hpZ, Wang et al. 2023,
 #: arXiv 2306.10209)
 HIERARCHICAL_ZERO3_PATTERN = (r"\bmics\b|mics_hierarchical|sagemaker (?:distributed )?model "
-                              r"parallel|\bsmp\b|sharded data parallelism|zero\+\+|\bhpz\b"
-                              r"|hierarchical partition|zero_hpz")
+                              r"parallel|\bsmp\b|(?<!fully )sharded data parallelism"
+                              r"|zero\+\+|\bhpz\b|hierarchical partition|zero_hpz")
 
 
 def read_hierarchical_zero3(text: str) -> bool:
