@@ -139,8 +139,8 @@ def _no_thousands(text: str) -> str:
 
 #: magnitudes of a count as reports abbreviate or spell them ("1.72M GPU hours", "2T tokens",
 #: "180K", "2 trillion tokens")
-_COUNT_MAGNITUDE = {"k": 1e3, "thousand": 1e3, "m": 1e6, "million": 1e6, "b": 1e9,
-                    "billion": 1e9, "t": 1e12, "trillion": 1e12}
+_COUNT_MAGNITUDE = {**{k.lower(): v for k, v in _MAGNITUDE.items()}, "thousand": 1e3,
+                    "million": 1e6, "billion": 1e9, "trillion": 1e12}
 _COUNT_SCALE = r"((?:k|m|b|t)(?![a-z])|thousand|million|billion|trillion)?\s*"
 _COUNT = rf"(?<![\w.])(\d+(?:\.\d+)?)\s*{_COUNT_SCALE}"
 #: device hours, the device optionally named ("H800 GPU hours", "TPU-v4 chip hours")
@@ -1066,9 +1066,9 @@ _DOC_MASKED = re.compile(
 _DOC_LEN = re.compile(
     r"\b(?:average|mean|avg\.?|typical)\s+(?:packed\s+)?(?:sample|example|document|sequence"
     r"|conversation|record)\s+(?:length|size)\s*(?:of|is|=|:|~|≈|about|around|\s)*"
-    r"([\d,]+)\s*tokens"
+    r"(\d+)\s*tokens"
     r"|\b(?:samples|examples|documents|conversations)\s+(?:of|averaging)\s+(?:about\s+|~\s*"
-    r"|around\s+)?([\d,]+)\s*tokens")
+    r"|around\s+)?(\d+)\s*tokens")
 
 
 def read_packing(text: str) -> tuple[bool | None, int | None]:
@@ -1079,7 +1079,7 @@ def read_packing(text: str) -> tuple[bool | None, int | None]:
     (:data:`_DOC_LEN`; ``None`` when none). Pretraining that packs documents without a
     stated mask is not read: Megatron-style pretraining concatenates documents and attends
     across their boundaries (Megatron Bridge docs, "Packed Sequences")."""
-    low = text.lower()
+    low = _no_thousands(text.lower())
     if _NOT_PACKED.search(low):
         return False, None
     packed = _PACKED.search(low) is not None and (
@@ -1087,7 +1087,7 @@ def read_packing(text: str) -> tuple[bool | None, int | None]:
     if not packed:
         return None, None
     m = _DOC_LEN.search(low)
-    size = int((m.group(1) or m.group(2)).replace(",", "")) if m is not None else 0
+    size = int(m.group(1) or m.group(2)) if m is not None else 0
     return True, size if size >= 1 else None
 
 
