@@ -218,3 +218,8 @@ def test_read_degree(text: str, col: str, degree: int | None) -> None:
 @pytest.mark.parametrize(("text", "reading"), DATA["packing"])
 def test_packing(text: str, reading: list[Any]) -> None:
     assert list(prose.read_packing(text)) == reading, text
+
+
+@pytest.mark.parametrize(("text", "want"), DATA["schedule"])
+def test_pipeline_schedule(text: str, want: str | None) -> None:
+    assert prose.read_pipeline_schedule(text) == want, text

@@ -540,3 +540,40 @@ def test_the_system_and_network_the_notes_name(notes: str, network: str, topolog
     said = " ".join(case.assumptions)
     assert ("system named in the notes: aws-p4d" in said) == (topology == "aws-p4d")
     assert ("(read from the notes)" in said) == rate_read
+
+
+_PIPELINE_ROW = {**_ROW, "model": "Llama 3 405B", "num_gpus": "512", "tp": "8", "pp": "8",
+                 "dp": "8", "global_batch_size": "256", "micro_batch_size": "32",
+                 "zero_fsdp": "FSDP2", "vpp": ""}
+
+
+@pytest.mark.parametrize(("source", "notes", "vpps"), [
+    # torchtitan's defaults: 1F1B when no schedule is named, two stages per rank for a
+    # multi-stage schedule (torchtitan/distributed/pipeline_parallel.py)
+    ("pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md", "", {1}),
+    ("pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md", "1F1B schedule", {1}),
+    ("pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md",
+     "Interleaved 1F1B schedule", {2}),
+    # a Megatron row that names 1F1B runs no interleaving; one that names none is tuned over
+    # the depths dividing Llama 3 70B's 10 layers per stage
+    ("NVIDIA Megatron-LM README, 2024", "1F1B schedule", {1}),
+    ("NVIDIA Megatron-LM README, 2024", "", {1, 2, 5}),
+])
+def test_a_named_pipeline_schedule_sets_the_interleaving(source: str, notes: str,
+                                                         vpps: set[int]) -> None:
+    """torchtitan's benchmark table runs Llama 3.1 405B on 512 GPUs (FSDP 8, TP 8, PP 8)
+    with '1F1B' at 100 tokens/s/GPU and 'Interleaved 1F1B' at 128: the named schedule, not
+    the fastest one, is the run (8 micro-batches on 8 stages: a 7/15 bubble for 1F1B)."""
+    row = {**_PIPELINE_ROW, "source": source, "notes": notes}
+    if "Megatron" in source:  # 32 micro-batches of 1 on 80 layers: interleavable
+        row.update(model="Llama 3 70B", micro_batch_size="1")
+    case = map_row(row)
+    assert {r.parallel.vpp for g in case.candidates for r in g} == vpps
+
+
+def test_a_gpipe_row_runs_the_gpipe_schedule() -> None:
+    case = map_row({**_PIPELINE_ROW, "source": "NVIDIA Megatron-LM README, 2024",
+                    "notes": "GPipe-style fill-drain pipeline"})
+    runs = [r for g in case.candidates for r in g]
+    assert {(r.parallel.vpp, r.parallel.pipeline_schedule) for r in runs} == {(1, "gpipe")}
+    assert "pipeline schedule gpipe as the row states: no interleaving" in case.assumptions

@@ -891,6 +891,33 @@ def read_interleave(text: str) -> tuple[int | None, bool]:
     return None, interleaved
 
 
+#: pipeline schedules as frameworks and papers name them, most specific first: a looped /
+#: interleaved schedule (Megatron's "interleaved 1F1B", torchtitan's ``Interleaved1F1B``,
+#: ``LoopedBFS``, ``InterleavedZeroBubble``, ``ZBVZeroBubble``), the zero-bubble ZB-H1 (Qi et
+#: al. 2023, arXiv 2401.10241), GPipe's fill-drain (Huang et al. 2019), and 1F1B
+#: (PipeDream-Flush, Narayanan et al. 2021; torchtitan's ``1F1B``, Megatron's default); a
+#: negated interleaving ("non-interleaved", "without interleaving") is 1F1B
+SCHEDULE_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"non[- ]?interleaved|(?:without|no|not)\s+interleav", "1f1b"),
+    (r"interleav|virtual[- ]pipeline|looped[- ]?bfs|\bzbv\b|zbv[- ]?zero", "interleaved"),
+    (r"zero[- ]?bubble|\bzb[- ]?h1\b", "zb-h1"),
+    (r"gpipe|fill[- ]drain|all[- ]forward[- ]all[- ]backward|\bafab\b", "gpipe"),
+    (r"(?<![a-z0-9])1f1b\b|one[- ]forward[- ]one[- ]backward|pipedream[- ]flush", "1f1b"),
+)
+
+
+def read_pipeline_schedule(text: str) -> str | None:
+    """The pipeline schedule ``text`` names: ``"interleaved"`` ("Interleaved 1F1B", "virtual
+    pipeline", "LoopedBFS"), ``"zb-h1"`` ("zero bubble", "ZB-H1"), ``"gpipe"`` ("GPipe",
+    "fill-drain") or ``"1f1b"`` ("1F1B schedule", "PipeDream-Flush"); ``None`` when it names
+    none."""
+    t = text.lower()
+    for pattern, schedule in SCHEDULE_PATTERNS:
+        if re.search(pattern, t):
+            return schedule
+    return None
+
+
 def read_precision(text: str) -> str:
     """The GEMM dtype of a precision cell: FP4 in any spelling (NVFP4, MXFP4, "fp4", E2M1)
     → fp4; FP8 in any spelling (FP8-CS, "fp8 hybrid", "Transformer Engine FP8", MXFP8) → fp8;
@@ -1224,6 +1251,7 @@ __all__ = [
     "read_number",
     "read_other_metric",
     "read_packing",
+    "read_pipeline_schedule",
     "read_precision",
     "read_recompute",
     "read_recompute_layers",

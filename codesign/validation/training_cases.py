@@ -80,6 +80,7 @@ from codesign.validation.prose import (
     read_other_metric,
     read_overlap_comm,
     read_packing,
+    read_pipeline_schedule,
     read_pointwise_kernels,
     read_precision,
     read_recompute_layers,
@@ -656,6 +657,8 @@ def map_row(row: dict[str, str]) -> MappedCase:
     docs = _packed_documents(row, notes)
     if docs is not None:
         plan["document_tokens"] = docs
+    if row_schedule(row) in ("gpipe", "zb-h1"):
+        plan["schedule"] = row_schedule(row)
     if tp is None or pp is None:
         return _searched_case(row, fw, notes, measurement, model, gpu, topo, n, plan,
                               dict(tp=tp, pp=pp, cp=cp, ep=ep, sp=sp, zero=zero))
@@ -866,10 +869,14 @@ def _searched_case(row: dict[str, str], fw: str, notes: list[str], measurement: 
     if "pp" not in fixed and not pipeline_allowed(fw, stated["zero"], notes):
         fixed["pp"] = 1
     depth, _ = read_interleave(row.get("vpp", ""))
+    schedule = row_schedule(row)
     if depth is not None:
         fixed["vpp"] = depth
-    elif fw in NON_INTERLEAVED:
+    elif fw in NON_INTERLEAVED or schedule not in (None, "interleaved") or (
+            fw == "torchtitan" and schedule is None):
         fixed["vpp"] = 1
+    elif fw == "torchtitan":
+        fixed["vpp"] = TORCHTITAN_LOOPED_STAGES
     mbs = _stated(row, "micro_batch_size")
     if mbs:
         fixed["micro_batch_size"] = mbs
@@ -1361,22 +1368,56 @@ def _micro_batch_sizes(row: dict[str, str], fw: str, gbs: int, dp: int, pp: int,
     return sizes
 
 
+#: torchtitan's model chunks per pipeline rank for a multi-stage (looped) schedule when the
+#: layers per stage are not set: "stages_per_rank = 1 if is_single_stage_schedule else 2"
+#: (``torchtitan/distributed/pipeline_parallel.py``; ``num_stages_per_rank = 2`` in
+#: ``torchtitan/parallelisms/pipelining_utils.py`` at 9dec370, Dec 2024)
+TORCHTITAN_LOOPED_STAGES = 2
+
+#: the schedule torchtitan runs when none is named: ``pipeline_parallel_schedule = "1F1B"``
+#: (``torchtitan/config/configs.py``; ``config_manager.py`` at 9dec370)
+TORCHTITAN_DEFAULT_SCHEDULE = "1f1b"
+
+#: the cells whose prose may name a pipeline schedule
+_SCHEDULE_CELLS = ("vpp", "pp", "notes")
+
+
+def row_schedule(row: dict[str, str]) -> str | None:
+    """The pipeline schedule a row names in its vpp, pp or notes cell
+    (:func:`~codesign.validation.prose.read_pipeline_schedule`), else ``None``."""
+    return read_pipeline_schedule(row_text(row, _SCHEDULE_CELLS))
+
+
 def _interleaving_depths(row: dict[str, str], fw: str, num_layers: int, pp: int, n_mb: int,
                          notes: list[str]) -> list[int]:
     """The row's interleaving depth, or when not given every depth the schedule allows (the
-    fastest is kept, as a user of the framework tunes it; recorded per candidate)."""
+    fastest is kept, as a user of the framework tunes it; recorded per candidate). A row that
+    names a single-stage schedule (1F1B, GPipe, ZB-H1) runs none; torchtitan runs its own
+    defaults (:data:`TORCHTITAN_DEFAULT_SCHEDULE`, :data:`TORCHTITAN_LOOPED_STAGES`)."""
     text = row.get("vpp", "").lower()
     given, _ = read_interleave(text)  # "4", "vpp=5", "virtual pipeline 6"
     if given:
         return [given]
     if not (pp > 1 and ("interleaved" in text or not text or "not stated" in text)):
         return [1]
+    schedule = row_schedule(row)
+    if schedule not in (None, "interleaved"):
+        notes.append(f"pipeline schedule {schedule} as the row states: no interleaving")
+        return [1]
     if fw in NON_INTERLEAVED:
         notes.append(f"interleaving depth not given: none ({fw} has no interleaved schedule)")
         return [1]
+    if fw == "torchtitan":
+        if schedule is None:
+            notes.append("pipeline schedule not given: 1F1B, no interleaving (torchtitan's "
+                         "default pipeline_parallel_schedule)")
+            return [1]
+        notes.append(f"interleaving depth not given: {TORCHTITAN_LOOPED_STAGES} (torchtitan's "
+                     "default stages per rank for a multi-stage schedule)")
+        return [TORCHTITAN_LOOPED_STAGES]
     vpps = [v for v in range(2, 9) if num_layers >= pp * v and n_mb % pp == 0
             and _interleaving_allowed(fw, num_layers, pp, v)] or [1]
-    if "interleaved" not in text:
+    if "interleaved" not in text and schedule is None:
         vpps = [1, *[v for v in vpps if v > 1]]
     notes.append(f"interleaving depth not given: the fastest of vpp {', '.join(map(str, vpps))}")
     return vpps
