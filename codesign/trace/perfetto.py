@@ -29,6 +29,7 @@ running it, the step is run in full for the trace (same step time).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -64,8 +65,9 @@ def simulate_with_step(run: TrainingRun) -> tuple[TrainingReport, StepResult | N
 
 
 def _us(t_s: float) -> float:
-    """Seconds -> microseconds, rounded to the nanosecond so nested slices stay nested."""
-    return round(t_s * 1e6, 3)
+    """Seconds -> microseconds on the nanosecond grid of :func:`_ns`, so that slices placed by
+    either function nest or follow each other exactly."""
+    return _ns(t_s) / 1000
 
 
 class _Tracks:
@@ -130,8 +132,12 @@ def _brace(text: str) -> str:
 
 
 def _ns(t_s: float) -> int:
-    """Seconds -> integer nanoseconds (the trace's resolution)."""
-    return round(t_s * 1e9)
+    """Seconds -> integer nanoseconds (the trace's resolution), rounded down: a slice drawn
+    at ``floor(start)`` for ``floor(duration)`` ends at or before ``floor(start + duration)``
+    (``floor(a) + floor(b) <= floor(a + b)``), so consecutive passes, each placed by its own
+    start and its template's duration, never overlap by a rounding nanosecond (Perfetto
+    drops a slice that neither nests nor follows)."""
+    return math.floor(t_s * 1e9)
 
 
 def _us_text(ns: int) -> str:
@@ -287,7 +293,7 @@ def trace_texts(graph: TrainingGraph, step: StepResult, network: NetworkModel,
     starts: dict[tuple[int, str], tuple[Any, Any, list[int]]] = {}
     for key, rows in passes.items():
         tpl = templates[key]
-        ns = np.rint(np.array([r[0] for r in rows]) * 1e9).astype(np.int64)
+        ns = np.floor(np.array([r[0] for r in rows]) * 1e9).astype(np.int64)  # as _ns
         stages = np.array([r[1].stage for r in rows], dtype=np.int64)
         offsets = [lanes.add(stages, track, ns + s_ns, ns + s_ns + d_ns)
                    for s_ns, d_ns, track in tpl.comms]
