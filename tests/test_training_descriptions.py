@@ -577,3 +577,37 @@ def test_a_gpipe_row_runs_the_gpipe_schedule() -> None:
     runs = [r for g in case.candidates for r in g]
     assert {(r.parallel.vpp, r.parallel.pipeline_schedule) for r in runs} == {(1, "gpipe")}
     assert "pipeline schedule gpipe as the row states: no interleaving" in case.assumptions
+
+
+def _model(case: MappedCase):  # type: ignore[no-untyped-def]
+    return case.candidates[0][0].model
+
+
+def test_the_rows_columns_override_the_catalog_model_of_its_name() -> None:
+    """A row naming a catalog model with its shape takes the catalog's details (MPT: ALiBi,
+    tied embeddings) and the heads it states: llm-foundry's MPT-30B benchmark YAML runs 56
+    heads of 128 where the released model has 64 of 112."""
+    row = {**_ROW, "source": "mosaicml/llm-foundry benchmarking README", "model": "MPT-30B",
+           "num_layers": "48", "hidden_size": "7168", "num_heads": "56", "num_kv_heads": "56",
+           "ffn_size": "28672", "vocab_size": "50368", "seq_len": "2048",
+           "zero_fsdp": "FSDP FULL_SHARD"}
+    case = map_row(row)
+    model = _model(case)
+    assert (model.num_heads, model.dim_per_head, model.position_embedding) == (
+        56, 128, "alibi")
+    assert model.vocab_size == 50432  # 50,368 is the catalog's vocabulary written round
+    assert "row's columns over the catalog entry: num_heads 56" in case.assumptions
+    # the released shape states nothing new
+    same = map_row({**row, "num_heads": "64", "num_kv_heads": "64"})
+    assert _model(same).num_heads == 64
+    assert not any("columns over" in a for a in same.assumptions)
+
+
+def test_a_moe_row_keeps_the_catalog_widths() -> None:
+    """A MoE row's ffn_size may be the dense or the expert width: the catalog's are kept."""
+    row = {**_ROW, "model": "Mixtral-8x7B", "num_layers": "32", "hidden_size": "4096",
+           "num_heads": "32", "num_kv_heads": "8", "ffn_size": "1024", "vocab_size": "32000",
+           "tp": "1", "pp": "1", "num_gpus": "8", "ep": "8"}
+    model = _model(map_row(row))
+    assert model.moe is not None
+    assert model.ffn_hidden_size == 14336

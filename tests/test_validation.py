@@ -518,7 +518,8 @@ def test_an_ffn_width_left_out_comes_from_the_parameter_count(params_b: str,
     layer)."""
     from codesign.workload.params import param_counts
 
-    row = {**_COLUMN_ROW, "model": "LLaMA-7B", "ffn_size": "", "params_B": params_b}
+    # a LLaMA-style name the catalog does not hold (LLaMA-7B itself is a catalog model)
+    row = {**_COLUMN_ROW, "model": "LLaMA-style 7B", "ffn_size": "", "params_B": params_b}
     case = map_row(row)
     model = case.candidates[0][0].model
     if want is not None:

@@ -333,7 +333,7 @@ def _model_of(row: dict[str, str], framework: str, notes: list[str]) -> ModelSpe
         notes.append("seq_len not given: 2048")
     if known is not None and known.num_layers == layers and known.hidden_size == hidden:
         notes.append(f"model: catalog entry {known.name}")
-        return known.model_copy(update={"seq_len": seq})
+        return _with_stated_columns(known.model_copy(update={"seq_len": seq}), row, notes)
     name = row["model"].lower()
     text = _prose(row)
     stated_mlp = read_mlp_kind(text)
@@ -376,6 +376,44 @@ def _model_of(row: dict[str, str], framework: str, notes: list[str]) -> ModelSpe
     if stated_ffn is None and moe is None:
         return _ffn_from_params(spec, row, notes)
     return spec
+
+
+#: the architecture columns a row may state differently from the catalog model of its name
+#: (a benchmark's own configuration: llm-foundry's MPT-30B benchmark YAML has 56 heads where
+#: the released model has 64), and the field each sets
+_STATED_COLUMNS = (("num_heads", "num_heads"), ("num_kv_heads", "num_kv_heads"),
+                   ("ffn_size", "ffn_hidden_size"), ("vocab_size", "vocab_size"))
+#: how far a stated vocabulary may sit from the catalog's and still be the same one written
+#: round ("128K" = 128,000 for Llama 3's 128,256; a padded 50,368 for MPT's 50,432): the
+#: catalog's exact size is kept
+VOCAB_ROUNDING = 0.01
+
+
+def _with_stated_columns(model: ModelSpec, row: dict[str, str],
+                         notes: list[str]) -> ModelSpec:
+    """The catalog ``model`` with the heads, KV heads, MLP width and vocabulary the row states
+    where they differ (the row describes the run; the catalog only fills what it leaves out),
+    each noted; a vocabulary within :data:`VOCAB_ROUNDING` is the catalog's written round. A
+    MoE model keeps its widths (a row's ``ffn_size`` may be the dense or the expert one)."""
+    update: dict[str, Any] = {}
+    for col, fld in _STATED_COLUMNS:
+        value = int_cell(row, col)
+        current = getattr(model, fld)
+        if fld == "num_kv_heads" and current is None:
+            current = update.get("num_heads", model.num_heads)
+        if value is None or value == current or (fld == "ffn_hidden_size" and model.moe):
+            continue
+        if fld == "vocab_size" and abs(value - current) <= VOCAB_ROUNDING * current:
+            continue
+        update[fld] = value
+    if not update:
+        return model
+    if "num_heads" in update and model.head_dim is not None \
+            and model.head_dim * model.num_heads == model.hidden_size:
+        update["head_dim"] = None  # the query width stays the hidden size
+    notes.append("row's columns over the catalog entry: " + ", ".join(
+        f"{k} {v}" for k, v in update.items() if v is not None))
+    return ModelSpec.model_validate({**model.model_dump(), **update})
 
 
 #: the head dimension a model built from columns without a head count gets
