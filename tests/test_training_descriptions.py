@@ -576,7 +576,7 @@ def test_a_gpipe_row_runs_the_gpipe_schedule() -> None:
                     "notes": "GPipe-style fill-drain pipeline"})
     runs = [r for g in case.candidates for r in g]
     assert {(r.parallel.vpp, r.parallel.pipeline_schedule) for r in runs} == {(1, "gpipe")}
-    assert "pipeline schedule gpipe as the row states: no interleaving" in case.assumptions
+    assert "pipeline schedule gpipe (as the row states): no interleaving" in case.assumptions
 
 
 def _model(case: MappedCase):  # type: ignore[no-untyped-def]

@@ -695,8 +695,9 @@ def map_row(row: dict[str, str]) -> MappedCase:
     docs = _packed_documents(row, notes)
     if docs is not None:
         plan["document_tokens"] = docs
-    if row_schedule(row) in ("gpipe", "zb-h1"):
-        plan["schedule"] = row_schedule(row)
+    schedule, _ = row_schedule(row, fw)
+    if schedule in ("gpipe", "zb-h1"):
+        plan["schedule"] = schedule
     if tp is None or pp is None:
         return _searched_case(row, fw, notes, measurement, model, gpu, topo, n, plan,
                               dict(tp=tp, pp=pp, cp=cp, ep=ep, sp=sp, zero=zero))
@@ -907,11 +908,10 @@ def _searched_case(row: dict[str, str], fw: str, notes: list[str], measurement: 
     if "pp" not in fixed and not pipeline_allowed(fw, stated["zero"], notes):
         fixed["pp"] = 1
     depth, _ = read_interleave(row.get("vpp", ""))
-    schedule = row_schedule(row)
+    schedule, _ = row_schedule(row, fw)
     if depth is not None:
         fixed["vpp"] = depth
-    elif fw in NON_INTERLEAVED or schedule not in (None, "interleaved") or (
-            fw == "torchtitan" and schedule is None):
+    elif fw in NON_INTERLEAVED or schedule not in (None, "interleaved"):
         fixed["vpp"] = 1
     elif fw == "torchtitan":
         fixed["vpp"] = TORCHTITAN_LOOPED_STAGES
@@ -1420,10 +1420,17 @@ TORCHTITAN_DEFAULT_SCHEDULE = "1f1b"
 _SCHEDULE_CELLS = ("vpp", "pp", "notes")
 
 
-def row_schedule(row: dict[str, str]) -> str | None:
+def row_schedule(row: dict[str, str], fw: str) -> tuple[str | None, str]:
     """The pipeline schedule a row names in its vpp, pp or notes cell
-    (:func:`~codesign.validation.prose.read_pipeline_schedule`), else ``None``."""
-    return read_pipeline_schedule(row_text(row, _SCHEDULE_CELLS))
+    (:func:`~codesign.validation.prose.read_pipeline_schedule`), else torchtitan's default
+    (:data:`TORCHTITAN_DEFAULT_SCHEDULE`) for a torchtitan row, else ``None`` (tuned), with
+    where it comes from."""
+    named = read_pipeline_schedule(row_text(row, _SCHEDULE_CELLS))
+    if named is not None:
+        return named, "as the row states"
+    if fw == "torchtitan":
+        return TORCHTITAN_DEFAULT_SCHEDULE, "torchtitan's default pipeline_parallel_schedule"
+    return None, ""
 
 
 def _interleaving_depths(row: dict[str, str], fw: str, num_layers: int, pp: int, n_mb: int,
@@ -1438,18 +1445,14 @@ def _interleaving_depths(row: dict[str, str], fw: str, num_layers: int, pp: int,
         return [given]
     if not (pp > 1 and ("interleaved" in text or not text or "not stated" in text)):
         return [1]
-    schedule = row_schedule(row)
+    schedule, source = row_schedule(row, fw)
     if schedule not in (None, "interleaved"):
-        notes.append(f"pipeline schedule {schedule} as the row states: no interleaving")
+        notes.append(f"pipeline schedule {schedule} ({source}): no interleaving")
         return [1]
     if fw in NON_INTERLEAVED:
         notes.append(f"interleaving depth not given: none ({fw} has no interleaved schedule)")
         return [1]
     if fw == "torchtitan":
-        if schedule is None:
-            notes.append("pipeline schedule not given: 1F1B, no interleaving (torchtitan's "
-                         "default pipeline_parallel_schedule)")
-            return [1]
         notes.append(f"interleaving depth not given: {TORCHTITAN_LOOPED_STAGES} (torchtitan's "
                      "default stages per rank for a multi-stage schedule)")
         return [TORCHTITAN_LOOPED_STAGES]
