@@ -911,11 +911,7 @@ def read_pipeline_schedule(text: str) -> str | None:
     pipeline", "LoopedBFS"), ``"zb-h1"`` ("zero bubble", "ZB-H1"), ``"gpipe"`` ("GPipe",
     "fill-drain") or ``"1f1b"`` ("1F1B schedule", "PipeDream-Flush"); ``None`` when it names
     none."""
-    t = text.lower()
-    for pattern, schedule in SCHEDULE_PATTERNS:
-        if re.search(pattern, t):
-            return schedule
-    return None
+    return _first_match(SCHEDULE_PATTERNS, text.lower())
 
 
 def read_precision(text: str) -> str:

@@ -695,12 +695,13 @@ def map_row(row: dict[str, str]) -> MappedCase:
     docs = _packed_documents(row, notes)
     if docs is not None:
         plan["document_tokens"] = docs
-    schedule, _ = row_schedule(row, fw)
-    if schedule in ("gpipe", "zb-h1"):
-        plan["schedule"] = schedule
+    schedule = row_schedule(row, fw)
+    if schedule[0] in ("gpipe", "zb-h1"):
+        plan["schedule"] = schedule[0]
     if tp is None or pp is None:
         return _searched_case(row, fw, notes, measurement, model, gpu, topo, n, plan,
-                              dict(tp=tp, pp=pp, cp=cp, ep=ep, sp=sp, zero=zero))
+                              dict(tp=tp, pp=pp, cp=cp, ep=ep, sp=sp, zero=zero,
+                                   schedule=schedule[0]))
     cp, ep = cp or 1, ep or 1
     plan.update(tp=tp, pp=pp, cp=cp, ep=ep)
     if sp is None:
@@ -719,7 +720,7 @@ def map_row(row: dict[str, str]) -> MappedCase:
                                  notes)
     mbs_list = _micro_batch_sizes(row, fw, gbs, dp, pp, notes, n)
     n_mb = gbs // (mbs_list[0] * dp) if dp and mbs_list[0] else 0
-    vpp_list = _interleaving_depths(row, fw, model.num_layers, pp, n_mb, notes)
+    vpp_list = _interleaving_depths(row, fw, model.num_layers, pp, n_mb, schedule, notes)
     choices = recompute_choices(row.get("activation_recompute", ""), row.get("notes", ""),
                                 notes, (row.get("mfu_pct", ""), row.get("hfu_pct", "")))
     candidates, cand_notes = [], []
@@ -908,10 +909,9 @@ def _searched_case(row: dict[str, str], fw: str, notes: list[str], measurement: 
     if "pp" not in fixed and not pipeline_allowed(fw, stated["zero"], notes):
         fixed["pp"] = 1
     depth, _ = read_interleave(row.get("vpp", ""))
-    schedule, _ = row_schedule(row, fw)
     if depth is not None:
         fixed["vpp"] = depth
-    elif fw in NON_INTERLEAVED or schedule not in (None, "interleaved"):
+    elif fw in NON_INTERLEAVED or stated["schedule"] not in (None, "interleaved"):
         fixed["vpp"] = 1
     elif fw == "torchtitan":
         fixed["vpp"] = TORCHTITAN_LOOPED_STAGES
@@ -1434,20 +1434,21 @@ def row_schedule(row: dict[str, str], fw: str) -> tuple[str | None, str]:
 
 
 def _interleaving_depths(row: dict[str, str], fw: str, num_layers: int, pp: int, n_mb: int,
-                         notes: list[str]) -> list[int]:
+                         schedule: tuple[str | None, str], notes: list[str]) -> list[int]:
     """The row's interleaving depth, or when not given every depth the schedule allows (the
     fastest is kept, as a user of the framework tunes it; recorded per candidate). A row that
     names a single-stage schedule (1F1B, GPipe, ZB-H1) runs none; torchtitan runs its own
-    defaults (:data:`TORCHTITAN_DEFAULT_SCHEDULE`, :data:`TORCHTITAN_LOOPED_STAGES`)."""
+    defaults (:data:`TORCHTITAN_DEFAULT_SCHEDULE`, :data:`TORCHTITAN_LOOPED_STAGES`).
+    ``schedule``: :func:`row_schedule`'s reading of the row."""
     text = row.get("vpp", "").lower()
     given, _ = read_interleave(text)  # "4", "vpp=5", "virtual pipeline 6"
     if given:
         return [given]
     if not (pp > 1 and ("interleaved" in text or not text or "not stated" in text)):
         return [1]
-    schedule, source = row_schedule(row, fw)
-    if schedule not in (None, "interleaved"):
-        notes.append(f"pipeline schedule {schedule} ({source}): no interleaving")
+    named, source = schedule
+    if named not in (None, "interleaved"):
+        notes.append(f"pipeline schedule {named} ({source}): no interleaving")
         return [1]
     if fw in NON_INTERLEAVED:
         notes.append(f"interleaving depth not given: none ({fw} has no interleaved schedule)")
@@ -1458,7 +1459,7 @@ def _interleaving_depths(row: dict[str, str], fw: str, num_layers: int, pp: int,
         return [TORCHTITAN_LOOPED_STAGES]
     vpps = [v for v in range(2, 9) if num_layers >= pp * v and n_mb % pp == 0
             and _interleaving_allowed(fw, num_layers, pp, v)] or [1]
-    if "interleaved" not in text and schedule is None:
+    if named is None:  # interleaving not named (a vpp cell saying so names it): 1 tried too
         vpps = [1, *[v for v in vpps if v > 1]]
     notes.append(f"interleaving depth not given: the fastest of vpp {', '.join(map(str, vpps))}")
     return vpps
