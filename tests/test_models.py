@@ -100,6 +100,13 @@ def test_total_within_tolerance_of_published(name: str) -> None:
         ("GPT-OSS-120B", "gpt-oss-120b"),
         ("DeepSeek-V3", "deepseek-v3"),
         ("DeepSeek-V2", "deepseek-v2"),
+        ("DeepSeek V3", "deepseek-v3"),
+        # Intel Gaudi model-performance tables write the version with a "V" of its own
+        ("LLaMA V2 7B", "llama2-7b"),
+        ("LLaMA V2 13B", "llama2-13b"),
+        ("LLaMA V2 70B", "llama2-70b"),
+        ("LLaMA V3.1 8B", "llama3-8b"),
+        ("LLaMA V3.1 70B", "llama3-70b"),
     ],
 )
 def test_validation_spellings_resolve(alias: str, name: str) -> None:

@@ -363,9 +363,15 @@ def resolve_model(text: str, entries: list[tuple[str, Any]]) -> tuple[str, tuple
     :class:`SpecError` listing close names."""
     want = model_key(text)
     names = [str(d.get("name")) for _, d in entries]
-    same = [d for _, d in entries if want.family
-            and model_key(str(d.get("name", ""))).family == want.family
-            and model_key(str(d.get("name", ""))).version == want.version]
+    keys = [(d, model_key(str(d.get("name", "")))) for _, d in entries]
+    same = [d for d, k in keys if want.family and (k.family, k.version)
+            == (want.family, want.version)]
+    if not same and want.family.endswith("v") and want.version is not None:
+        # "LLaMA V2 7B", "LLaMA V3.1 70B" (Intel Gaudi tables): a version written with a
+        # "V" of its own, where the family's name has none ("DeepSeek-V3" keeps its V)
+        want = _ModelKey(want.family[:-1], want.version, want.size_b)
+        same = [d for d, k in keys if want.family and (k.family, k.version)
+                == (want.family, want.version)]
     if want.size_b is None:  # "DeepSeek-V3": the family and version alone, when unique
         hits = same if len(same) == 1 else []
     else:
