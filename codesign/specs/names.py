@@ -59,7 +59,13 @@ _SYSTEM = re.compile(r"^(?:dgx|hgx|mgx|nvl\d+|superpod|pod|rack|node|nodes|clust
 #: A100 80 GB, a3-highgpu/megagpu/edgegpu: H100, a3-ultragpu: H200, a4-highgpu: B200,
 #: a4x: GB200), Oracle Cloud bare-metal GPU shapes (BM.GPU.H100.8, BM.GPU.H200.8,
 #: BM.GPU.B200.8, BM.GPU.MI300X.8: eight of that part; BM.GPU.A100-v2.8: A100 80 GB;
-#: BM.GPU4.8: A100 40 GB)
+#: BM.GPU4.8: A100 40 GB); Google Cloud's series names for those machine types (A3 High, A3
+#: Mega, A3 Edge: H100; A3 Ultra: H200; A4: B200; A4X: GB200; A4X Max, a4x-maxgpu-4g-metal:
+#: GB300 - Compute Engine workload-policy docs, NVIDIA AI Cluster Runtime 'GKE A4X Max (GB300)'
+#: page); AWS Neuron architecture docs (trn1.32xlarge / trn1n.32xlarge: 16 Trainium, 800 / 1,600
+#: Gbps EFA; trn2.48xlarge: 16 Trainium2, 3.2 Tbps EFA; Trn2 UltraServer, u-trn2x64: four
+#: trn2u.48xlarge, 64 Trainium2 on NeuronLink); Cloud TPU7x (Ironwood) accelerator types
+#: (tpu7x-N: pytorch/xla PR #9586 parses 'tpu7x-...' accelerator types)
 INSTANCES: tuple[tuple[str, str, str | None], ...] = (
     (r"\bbm\s*gpu\s*h100\b", "h100-sxm", None),
     (r"\bbm\s*gpu\s*h200\b", "h200", None),
@@ -81,12 +87,24 @@ INSTANCES: tuple[tuple[str, str, str | None], ...] = (
     (r"\ba2\s*highgpu\b|\ba2\s*megagpu\b", "a100-40gb", None),
     (r"\ba3\s*ultragpu\b", "h200", None),
     (r"\ba3\s*(?:highgpu|megagpu|edgegpu)\b", "h100-sxm", None),
+    (r"\ba4x\s*max(?:gpu)?\b", "gb300", None),
     (r"\ba4x\b", "gb200", None),
     (r"\ba4\s*highgpu\b", "b200", None),
+    # the series names ("A3 Mega", "A3 Ultra", "A4"), after the machine types above
+    (r"\ba3\s*ultra\b", "h200", None),
+    (r"\ba3\s*(?:high|mega|edge)\b", "h100-sxm", None),
+    (r"\ba4\b", "b200", None),
+    # AWS Trainium instances: the UltraServer first (its instances are trn2u.48xlarge)
+    (r"\btrn2\s*ultra\s*servers?\b|\bu\s*trn2x64\b|\btrn2u\b", "trainium2",
+     "aws-trn2-ultraserver"),
+    (r"\btrn2\b", "trainium2", "aws-trn2"),
+    (r"\btrn1n\b", "trainium", "aws-trn1n"),
+    (r"\btrn1\b", "trainium", "aws-trn1"),
     # Cloud TPU accelerator types / slice names (Google Cloud TPU docs: v4-4096, v5p-8192,
     # v5litepod-256, v6e-256; a slice of N cores or chips of that generation)
     (r"\bv5litepod\b|\bv5e\b", "tpu-v5e", None),
     (r"\bv5p\b", "tpu-v5p", None),
+    (r"\btpu\s*7x\b|\btpu\s*v7x?\b|\bv7x\b|\bironwood\b", "tpu-v7", None),
     (r"\bv6e\b|\btrillium\b", "tpu-v6e", None),
     (r"\btpu\s*v4\b|\bv4\s+\d{2,}\b", "tpu-v4", None),
     (r"\btpu\s*v3\b|\bv3\s+\d+\b", "tpu-v3", None),
