@@ -59,6 +59,15 @@ def test_a_megatron_paper_cited_in_the_notes_is_not_the_framework() -> None:
     assert framework_of({**row, "source": "Korthikanti et al. 2022"}) == "megatron-2021"
 
 
+def test_a_tpu_run_takes_the_jax_stack_defaults() -> None:
+    """A TPU runs a compiled JAX/XLA program: a row on one takes MaxText's defaults even when
+    its source names neither the framework nor the chip; the same row on a GPU does not."""
+    row = {**_ROW, "source": "a company blog, 2025", "model": "Gemma 7B"}
+    assert framework_of({**row, "gpu_type": "TPU v5p-1024"}) == "maxtext"
+    assert framework_of({**row, "gpu_type": "Cloud TPU v5e"}) == "maxtext"
+    assert framework_of({**row, "gpu_type": "H100 SXM5 80GB"}) == "megatron-core"
+
+
 def test_torchtitan_and_llm_foundry_default_to_no_tp_or_pp() -> None:
     """torchtitan's config defaults TP and PP to 1, llm-foundry trains with FSDP alone: a row
     of either that states neither runs TP 1, PP 1 (not a searched plan)."""

@@ -168,9 +168,10 @@ FRAMEWORK_PATTERNS: tuple[tuple[str, str], ...] = (
 
 def framework_of(row: dict[str, str]) -> str:
     """Which framework produced the row (decides defaults): the first of
-    :data:`FRAMEWORK_PATTERNS` matching the source, notes or model (the 2019-22 Megatron-LM
-    papers: the source alone); else Megatron-Core."""
-    text = row_text(row, ("source", "notes", "model", "source_location"))
+    :data:`FRAMEWORK_PATTERNS` matching the source, notes, model or accelerator (the 2019-22
+    Megatron-LM papers: the source alone; a TPU runs a JAX/XLA stack, MaxText's defaults);
+    else Megatron-Core."""
+    text = row_text(row, ("source", "notes", "model", "source_location", "gpu_type"))
     source = row_text(row, ("source", "source_location"))
     for pattern, fw in FRAMEWORK_PATTERNS:
         # the 2019-22 Megatron-LM papers are the source, not a technique the notes cite
