@@ -382,14 +382,16 @@ def resolve_model(text: str, entries: list[tuple[str, Any]]) -> tuple[str, tuple
     want = model_key(text)
     names = [str(d.get("name")) for _, d in entries]
     keys = [(d, model_key(str(d.get("name", "")))) for _, d in entries]
-    same = [d for d, k in keys if want.family and (k.family, k.version)
-            == (want.family, want.version)]
+
+    def same_family(w: _ModelKey) -> list[dict[str, Any]]:
+        return [d for d, k in keys if w.family and (k.family, k.version) == (w.family, w.version)]
+
+    same = same_family(want)
     if not same and want.family.endswith("v") and want.version is not None:
         # "LLaMA V2 7B", "LLaMA V3.1 70B" (Intel Gaudi tables): a version written with a
         # "V" of its own, where the family's name has none ("DeepSeek-V3" keeps its V)
         want = _ModelKey(want.family[:-1], want.version, want.size_b)
-        same = [d for d, k in keys if want.family and (k.family, k.version)
-                == (want.family, want.version)]
+        same = same_family(want)
     if want.size_b is None:  # "DeepSeek-V3": the family and version alone, when unique
         hits = same if len(same) == 1 else []
     else:
