@@ -383,8 +383,9 @@ def resolve_model(text: str, entries: list[tuple[str, Any]]) -> tuple[str, tuple
     names = [str(d.get("name")) for _, d in entries]
     keys = [(d, model_key(str(d.get("name", "")))) for _, d in entries]
 
-    def same_family(w: _ModelKey) -> list[dict[str, Any]]:
-        return [d for d, k in keys if w.family and (k.family, k.version) == (w.family, w.version)]
+    def same_family(w: _ModelKey) -> list[tuple[dict[str, Any], _ModelKey]]:
+        return [(d, k) for d, k in keys
+                if w.family and (k.family, k.version) == (w.family, w.version)]
 
     same = same_family(want)
     if not same and want.family.endswith("v") and want.version is not None:
@@ -393,11 +394,11 @@ def resolve_model(text: str, entries: list[tuple[str, Any]]) -> tuple[str, tuple
         want = _ModelKey(want.family[:-1], want.version, want.size_b)
         same = same_family(want)
     if want.size_b is None:  # "DeepSeek-V3": the family and version alone, when unique
-        hits = same if len(same) == 1 else []
+        hits = [d for d, _ in same] if len(same) == 1 else []
     else:
-        hits = [d for d in same
-                if (size := model_key(str(d["name"])).size_b or d.get("published_params_B"))
-                is not None and abs(float(size) - want.size_b) <= 0.05 * want.size_b]
+        hits = [d for d, k in same
+                if (size := k.size_b or d.get("published_params_B")) is not None
+                and abs(float(size) - want.size_b) <= 0.05 * want.size_b]
     if len(hits) == 1:
         return str(hits[0]["name"]), (f"model '{text}' read as {hits[0]['name']}",)
     raise SpecError(f"unknown model '{text}'{closest(text, names)}; allowed: "
